@@ -1,0 +1,7 @@
+"""launch: one PyTorch training job from a laptop to a multi-node cluster.
+
+A cluster profile plus a strategy becomes a plan (``launch.plan``); ``render`` prints the plan and ``submit``
+hands exactly that plan to a backend. Importing this package imports no torch.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,7 @@
+"""``python -m launch``."""
+
+import sys
+
+from launch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,195 @@
+"""``python -m launch``: argparse in, typed calls out. User mistakes end as one line and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import NoReturn
+
+import yaml
+
+from launch import runs
+from launch.errors import LaunchError, SubmitError, WorkerFailure
+from launch.plan import LaunchPlan, build_plan
+from launch.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
+from launch.render import render_text
+from launch.strategies import STRATEGIES
+from train.args import LAUNCHER_OWNED, TrainArgsError, parse_train_args
+
+RESULT_FIELDS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_second", "wall_seconds")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise LaunchError(f"{self.prog}: {message}", "see --help")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="launch", description="Take one PyTorch training job from a laptop to a cluster.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    profiles = commands.add_parser("profiles", help="list bundled profiles, or print one resolved")
+    profiles.add_argument("name", nargs="?", help="a bundled profile name or a YAML path")
+    for name, text in (("render", "print the plan without running anything"), ("submit", "run the plan")):
+        command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P --strategy S "
+                                      "[--run-dir D]" + (" [--detach]" if name == "submit" else "")
+                                      + " [-- TRAIN_ARGS]")
+        command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
+        command.add_argument("--strategy", required=True, help=", ".join(STRATEGIES))
+        command.add_argument("--run-dir", help="run folder (default: a new one under runs/)")
+        if name == "submit":
+            command.add_argument("--detach", action="store_true", help="start in the background and return")
+    config = commands.add_parser("accelerate-config", help="write an accelerate config for a profile")
+    config.add_argument("--profile", required=True)
+    for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
+                       ("cancel", "stop a running job")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("run", help="the run folder (or its name under runs/)")
+        if name == "logs":
+            command.add_argument("--rank", type=int, default=0)
+            command.add_argument("--follow", action="store_true", help="keep printing until the run ends")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    launch_argv, train_argv = (given[:given.index("--")], given[given.index("--") + 1:]) \
+        if "--" in given else (given, [])
+    try:
+        args = _parser().parse_args(launch_argv)
+        if train_argv and args.command not in ("render", "submit"):
+            raise LaunchError(f"{args.command}: takes no training arguments after '--'")
+        return _HANDLERS[args.command](args, train_argv)
+    except LaunchError as error:
+        print(f"launch: error: {error}", file=sys.stderr)
+        return error.exit_status
+    except KeyboardInterrupt:
+        return 130
+
+
+def _profiles(args: argparse.Namespace, _: list[str]) -> int:
+    if args.name:
+        profile = load_profile(args.name)
+        print(f"# {profile.name}, resolved from {profile.source}")
+        print(yaml.safe_dump(profile_to_mapping(profile), sort_keys=False), end="")
+        return 0
+    names = bundled_profile_names()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {load_profile(name).description}")
+    return 0
+
+
+def _plan(args: argparse.Namespace, train_argv: list[str]) -> LaunchPlan:
+    profile = load_profile(args.profile)
+    for flag in LAUNCHER_OWNED:
+        if any(arg == flag or arg.startswith(flag + "=") for arg in train_argv):
+            raise LaunchError(f"TRAIN_ARGS: {flag} is set by launch from the profile and the run folder",
+                              "use launch's own options (--run-dir before '--')")
+    try:
+        train_args = parse_train_args(train_argv)
+    except TrainArgsError as error:
+        raise LaunchError(f"TRAIN_ARGS: {error}") from None
+    run_dir = Path(args.run_dir) if args.run_dir else runs.default_run_dir(
+        Path("runs"), profile.name, args.strategy, datetime.now())
+    return build_plan(profile, args.strategy, train_args, run_dir=str(run_dir.absolute()),
+                      python=sys.executable, workdir=str(Path.cwd()))
+
+
+def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
+    print(render_text(_plan(args, train_argv)), end="")
+    return 0
+
+
+def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
+    from launch.backends import local
+
+    plan = _plan(args, train_argv)
+    if plan.profile.kind != "local":
+        raise SubmitError(f"{plan.profile.source}: submitting kind {plan.profile.kind} profiles comes with "
+                          "a later issue", "`render` shows the plan and its sbatch script")
+    local.preflight(plan.profile)
+    run_dir = runs.prepare_run_dir(plan, render_text(plan))
+    print(f"run dir: {run_dir}", flush=True)
+    if args.detach:
+        started = local.start_detached(plan)
+        print(f"started in the background (launcher pid {started.launcher_pid}); follow it with: "
+              f"python -m launch logs {run_dir} --follow")
+        return 0
+    status = local.run_foreground(run_dir, plan.nodes[0])
+    if status != 0:
+        raise WorkerFailure(f"the job failed with exit status {status}; rank logs: {run_dir / runs.LOGS}",
+                            exit_status=status)
+    print(_result_summary(run_dir))
+    return 0
+
+
+def _result_summary(run_dir: Path) -> str:
+    result = runs.read_json(run_dir / runs.RESULT)
+    if result is None:
+        return f"no {runs.RESULT} in {run_dir}"
+    shown = ", ".join(f"{key} {_fmt(result[key])}" for key in RESULT_FIELDS if key in result)
+    return f"result: {shown} ({run_dir / runs.RESULT})"
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
+    raise LaunchError("accelerate-config is not available yet (it comes with the Accelerate and Trainer "
+                      "strategies issue)")
+
+
+def _run_dir(given: str) -> Path:
+    for candidate in (Path(given), Path("runs") / given):
+        if (candidate / runs.PLAN_TEXT).is_file():
+            return candidate
+    raise LaunchError(f"{given}: not a run folder (no {runs.PLAN_TEXT})", "give the folder `submit` printed")
+
+
+def _status(args: argparse.Namespace, _: list[str]) -> int:
+    run_dir = _run_dir(args.run)
+    state = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
+    code = f" (exit status {state['exit_code']})" if "exit_code" in state else ""
+    print(f"{run_dir}: {state['status']}{code}")
+    if (run_dir / runs.RESULT).is_file():
+        print(_result_summary(run_dir))
+    return 0
+
+
+def _logs(args: argparse.Namespace, _: list[str]) -> int:
+    run_dir = _run_dir(args.run)
+    path = runs.rank_log_path(run_dir, args.rank)
+    position = 0
+    while True:
+        if path.is_file():
+            with open(path, "rb") as log:
+                log.seek(position)
+                chunk = log.read()
+            position += len(chunk)
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+        state = runs.read_json(run_dir / runs.STATE) or {}
+        if not args.follow or state.get("status") not in ("running", None):
+            break
+        time.sleep(0.5)
+    if position == 0 and not path.is_file():
+        raise LaunchError(f"{path}: no log for rank {args.rank} (yet)")
+    return 0
+
+
+def _cancel(args: argparse.Namespace, _: list[str]) -> int:
+    from launch.backends import local
+
+    run_dir = _run_dir(args.run)
+    if not local.cancel(run_dir):
+        raise LaunchError(f"{run_dir}: not running, nothing to cancel")
+    print(f"{run_dir}: cancel requested")
+    return 0
+
+
+_HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit,
+             "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel}

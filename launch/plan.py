@@ -1,0 +1,96 @@
+"""Profile + strategy + training arguments -> LaunchPlan: every node's argv, environment and folder.
+
+``build_plan`` is pure: it reads no environment, probes nothing and starts nothing. ``render`` prints its
+result and ``submit`` executes that same object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import PurePath
+
+from launch import sbatch
+from launch.errors import LaunchError
+from launch.profile import Profile
+from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
+from launch.shell import Arg, EnvRef
+from launch.strategies import NodeContext, get_strategy
+from train.args import TrainArgs
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeCommand:
+    """What one node runs: argv (with task-time references), the environment added, the folder."""
+
+    node_rank: int
+    argv: tuple[Arg, ...]
+    env: tuple[tuple[str, str], ...]
+    cwd: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanFile:
+    """A file the backend writes before starting anything (the sbatch script, an accelerate config)."""
+
+    path: str
+    text: str
+    executable: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchPlan:
+    profile: Profile
+    strategy: str
+    train_args: TrainArgs
+    run_dir: str
+    nodes: tuple[NodeCommand, ...]
+    files: tuple[PlanFile, ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return self.profile.world_size
+
+
+def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_dir: str, python: str,
+               workdir: str) -> LaunchPlan:
+    """The plan for ``strategy`` on ``profile``; ``run_dir``, ``python`` and ``workdir`` are absolute paths."""
+    chosen = get_strategy(strategy)
+    assert chosen.node_argv is not None
+    if profile.kind == "tpu":
+        raise LaunchError(f"{profile.source}: kind: tpu profiles cannot be launched yet (they come with the "
+                          "TPU issue); use a local or slurm profile")
+    args = replace(train_args, run_dir=run_dir, device=profile.device, dist_backend=profile.dist_backend)
+    env = worker_env(profile)
+    nodes = tuple(
+        NodeCommand(node_rank=rank,
+                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank), args.to_argv())),
+                    env=env, cwd=workdir)
+        for rank in range(profile.nodes))
+    plan = LaunchPlan(profile=profile, strategy=strategy, train_args=args, run_dir=run_dir, nodes=nodes)
+    if profile.kind == "slurm":
+        script = sbatch.render_script(plan.profile, plan.nodes[0], job_name=f"{profile.name}-{strategy}",
+                                      run_dir=run_dir)
+        plan = replace(plan, files=(PlanFile(path=str(PurePath(run_dir, "job.sbatch")), text=script,
+                                             executable=True),))
+    return plan
+
+
+def _node_context(profile: Profile, node_rank: int) -> NodeContext:
+    if profile.kind == "slurm":
+        return NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
+                           master_port=EnvRef("MASTER_PORT"))
+    port = profile.rendezvous.port
+    if port is None:
+        return NodeContext(node_rank=str(node_rank), master_addr=None, master_port=None)
+    return NodeContext(node_rank=str(node_rank), master_addr="127.0.0.1", master_port=str(port))
+
+
+def worker_env(profile: Profile) -> tuple[tuple[str, str], ...]:
+    """The variables added to every worker's inherited environment, profile values winning."""
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "LAUNCH_PROFILE": profile.name}
+    if profile.device == "cpu":
+        env["OMP_NUM_THREADS"] = "1"  # one thread per process: N processes share the cores fairly
+    if profile.network_interface:
+        env.update({name: profile.network_interface for name in INTERFACE_VARIABLES})
+    env.update(profile.env)
+    return tuple(env.items())

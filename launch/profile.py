@@ -1,0 +1,76 @@
+"""Cluster profiles: frozen dataclasses, loaded strictly from YAML (see ``launch.profile_loader``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["local", "slurm", "tpu"]
+Device = Literal["cuda", "cpu", "xla"]
+Backend = Literal["nccl", "gloo", "auto"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendezvous:
+    """Where the workers meet: a fixed port, or None for one chosen per job (free port, job-id formula)."""
+
+    port: int | None = None
+    timeout_s: int = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmSection:
+    """The allocation asked of SLURM; field names follow sbatch's long options."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = 60
+    cpus_per_task: int | None = None
+    mem_gb: int | None = None
+    gpus_per_node: int | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    extra_sbatch: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpuSection:
+    """A Cloud TPU VM or pod slice, addressed the way ``gcloud compute tpus tpu-vm`` does."""
+
+    name: str
+    zone: str
+    accelerator_type: str
+    workers: int = 1
+    project: str | None = None
+    runtime_version: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """One cluster profile after ``extends:`` is resolved; ``source`` is the file it came from."""
+
+    name: str
+    description: str = ""
+    kind: Kind
+    nodes: int = 1
+    procs_per_node: int = 1
+    device: Device = "cpu"
+    backend: Backend = "auto"
+    env: dict[str, str] = field(default_factory=dict)
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    network_interface: str | None = None
+    slurm: SlurmSection | None = None
+    tpu: TpuSection | None = None
+    source: str = field(default="", metadata={"yaml": False})
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def dist_backend(self) -> str:
+        """The torch.distributed backend: the profile's choice, or the usual one for its device."""
+        if self.backend != "auto":
+            return self.backend
+        return {"cuda": "nccl", "cpu": "gloo", "xla": "xla"}[self.device]

@@ -1,0 +1,298 @@
+"""Strict profile loading: YAML -> ``extends:`` -> typed ``Profile``, every problem named with file and key path."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from launch.errors import ConfigError, did_you_mean
+from launch.profile import Profile
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "cluster_configs"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def bundled_profile_names() -> list[str]:
+    return sorted(path.stem for path in BUNDLED_DIR.glob("*.yaml"))
+
+
+def resolve_profile_path(name_or_path: str, relative_to: Path | None = None) -> Path:
+    """A bundled name (``local-cpu``), or a path to a YAML file, to the file to read."""
+    looks_like_path = "/" in name_or_path or name_or_path.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        path = Path(name_or_path)
+        if relative_to is not None and not path.is_absolute():
+            path = relative_to / path
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such profile file")
+        return path
+    for folder in ([relative_to] if relative_to else []) + [BUNDLED_DIR]:
+        candidate = folder / f"{name_or_path}.yaml"
+        if candidate.is_file():
+            return candidate
+    names = bundled_profile_names()
+    raise ConfigError(f"unknown profile {name_or_path!r};{did_you_mean(name_or_path, names)} "
+                      f"bundled: {', '.join(names)}; or give the path of a YAML file")
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """Load a bundled profile by name, or any profile file by path, with ``extends:`` applied."""
+    path = resolve_profile_path(name_or_path)
+    data = _resolved_mapping(path, chain=())
+    problems: list[str] = []
+    values = _convert_dataclass(Profile, data, "", problems)
+    if problems:
+        raise ConfigError(f"{path}: " + "; ".join(problems))
+    profile = Profile(**values, source=str(path))
+    problems = check_profile(profile)
+    if problems:
+        raise ConfigError(f"{path}: " + "; ".join(problems))
+    return profile
+
+
+def profile_to_mapping(profile: Profile) -> dict[str, Any]:
+    """The resolved profile as plain data, in field order, for printing back as YAML."""
+    return {key: value for key, value in dataclasses.asdict(profile).items() if key != "source"}
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (line {line})",
+                                                    key_node.start_mark)
+        seen[key] = loader.construct_object(value_node, deep=True)
+    return seen
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+    if data is None:
+        raise ConfigError(f"{path}: empty profile; expected a mapping with at least 'kind'")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of profile keys, got {type(data).__name__}")
+    return data
+
+
+def _resolved_mapping(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """The file's mapping merged over the one it ``extends:`` (recursively); ``name`` is never inherited."""
+    resolved = path.resolve()
+    if resolved in chain:
+        cycle = " -> ".join(str(p) for p in (*chain, resolved))
+        raise ConfigError(f"{path}: extends: cycle {cycle}")
+    data = _read_yaml(path)
+    data.setdefault("name", path.stem)
+    parent_ref = data.pop("extends", None)
+    if parent_ref is None:
+        return data
+    if not isinstance(parent_ref, str):
+        raise ConfigError(f"{path}: extends: expected a profile name or path, got {parent_ref!r}")
+    try:
+        parent_path = resolve_profile_path(parent_ref, relative_to=path.parent)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: extends: {error}") from None
+    parent = _resolved_mapping(parent_path, (*chain, resolved))
+    parent.pop("name")
+    return _deep_merge(parent, data)
+
+
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _yaml_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
+
+
+def _convert_dataclass(cls: type, data: Any, where: str, problems: list[str]) -> dict[str, Any]:
+    """Check ``data`` against ``cls``'s typed fields; return the constructor arguments."""
+    if not isinstance(data, Mapping):
+        problems.append(f"{where or 'profile'}: expected a mapping, got {_describe(data)}")
+        return {}
+    known = _yaml_fields(cls)
+    hints = get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in known:
+            problems.append(f"{path}: unknown key;{did_you_mean(str(key), known)} "
+                            f"allowed: {', '.join(known)}")
+            continue
+        values[key] = _convert(value, hints[key], path, problems)
+    for name, spec in known.items():
+        required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+        if required and name not in data:
+            path = f"{where}.{name}" if where else name
+            problems.append(f"{path}: required{_allowed_suffix(hints[name])}")
+    return values
+
+
+def _convert(value: Any, hint: Any, path: str, problems: list[str]) -> Any:
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [arg for arg in get_args(hint) if arg is not type(None)]
+        if value is None:
+            return None
+        return _convert(value, options[0], path, problems)
+    if origin is Literal:
+        allowed = [str(arg) for arg in get_args(hint)]
+        if value not in get_args(hint):
+            problems.append(f"{path}: {value!r} is not allowed;{did_you_mean(str(value), allowed)} "
+                            f"allowed: {', '.join(allowed)}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        values = _convert_dataclass(hint, value, path, problems)
+        try:
+            return hint(**values)
+        except TypeError:  # a required field is missing: already reported
+            return None
+    if origin is dict:
+        return _convert_string_map(value, path, problems)
+    return _convert_scalar(value, hint, path, problems)
+
+
+def _convert_scalar(value: Any, hint: type, path: str, problems: list[str]) -> Any:
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, hint)
+    if not ok:
+        problems.append(f"{path}: expected {_type_name(hint)}, got {_describe(value)}")
+    return value
+
+
+def _convert_string_map(value: Any, path: str, problems: list[str]) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        problems.append(f"{path}: expected a mapping of names to strings, got {_describe(value)}")
+        return {}
+    result: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(item, str):
+            problems.append(f"{path}.{key}: expected a string, got {_describe(item)}; "
+                            f"quote it: {key}: \"{_plain(item)}\"")
+        result[str(key)] = item if isinstance(item, str) else _plain(item)
+    return result
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{_type_name(type(value))} {value!r}"
+
+
+def _type_name(hint: Any) -> str:
+    return {bool: "a boolean (true/false)", int: "an integer", float: "a number",
+            str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _allowed_suffix(hint: Any) -> str:
+    literal = next((arg for arg in (hint, *get_args(hint)) if get_origin(arg) is Literal), None)
+    return f"; allowed: {', '.join(map(str, get_args(literal)))}" if literal is not None else ""
+
+
+def check_profile(profile: Profile) -> list[str]:
+    """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
+    problems = _check_counts(profile) + _check_sections(profile)
+    problems += [f"env.{key}: not a valid environment variable name (letters, digits, '_'; no leading digit)"
+                 for key in profile.env if not _ENV_NAME.match(key)]
+    return problems
+
+
+def _check_counts(profile: Profile) -> list[str]:
+    problems = []
+    for key in ("nodes", "procs_per_node"):
+        if getattr(profile, key) < 1:
+            problems.append(f"{key}: must be at least 1, got {getattr(profile, key)}")
+    port = profile.rendezvous.port
+    if port is not None and not 1024 <= port <= 65535:
+        problems.append(f"rendezvous.port: must be between 1024 and 65535 (or null for one per job), got {port}")
+    if profile.rendezvous.timeout_s < 1:
+        problems.append(f"rendezvous.timeout_s: must be at least 1, got {profile.rendezvous.timeout_s}")
+    if profile.kind == "local" and profile.nodes > 1:
+        problems.append(f"nodes: kind local runs on this machine, so nodes must be 1, got {profile.nodes}; "
+                        "use a slurm profile for several nodes")
+    if profile.backend == "nccl" and profile.device != "cuda":
+        problems.append(f"backend: nccl needs device cuda, the profile has device {profile.device}; "
+                        "use gloo or auto")
+    return problems
+
+
+def _check_sections(profile: Profile) -> list[str]:
+    problems = []
+    for kind in ("slurm", "tpu"):
+        section = getattr(profile, kind)
+        if profile.kind == kind and section is None:
+            problems.append(f"{kind}: required for kind {kind} (at least an empty mapping: '{kind}: {{}}')"
+                            if kind == "slurm" else f"{kind}: required for kind {kind}")
+        if profile.kind != kind and section is not None:
+            problems.append(f"{kind}: only allowed with kind {kind}, the profile has kind {profile.kind}")
+    if (profile.device == "xla") != (profile.kind == "tpu"):
+        problems.append(f"device: xla goes with kind tpu; the profile has kind {profile.kind} and "
+                        f"device {profile.device}")
+    if profile.slurm is not None:
+        problems += _check_slurm(profile)
+    if profile.tpu is not None and profile.tpu.workers != profile.nodes:
+        problems.append(f"tpu.workers: must equal nodes (one node per TPU host), got {profile.tpu.workers} "
+                        f"workers and {profile.nodes} nodes")
+    return problems
+
+
+def _check_slurm(profile: Profile) -> list[str]:
+    slurm = profile.slurm
+    assert slurm is not None
+    problems = [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
+                for key in ("time_min", "cpus_per_task", "mem_gb")
+                if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
+    gpus = slurm.gpus_per_node
+    if gpus is not None and profile.device == "cuda" and gpus != profile.procs_per_node:
+        problems.append(f"slurm.gpus_per_node: {gpus} GPUs per node cannot serve procs_per_node "
+                        f"{profile.procs_per_node} (one process per GPU); make them equal")
+    if gpus and profile.device == "cpu":
+        problems.append(f"slurm.gpus_per_node: {gpus} GPUs asked for a device cpu profile; "
+                        "remove it or set device: cuda")
+    return problems

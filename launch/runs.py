@@ -1,0 +1,57 @@
+"""Run folders: where a plan, its logs and its result live. Nothing a user already has is overwritten."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from launch.errors import SubmitError
+from launch.plan import LaunchPlan
+from train.dist_env import rank_log_path
+
+PLAN_TEXT = "plan.txt"
+RESULT = "result.json"
+STATE = "state.json"
+LOGS = "logs"
+
+
+def default_run_dir(root: Path, profile_name: str, strategy: str, now: datetime) -> Path:
+    """``runs/<profile>-<strategy>-<time>``, with a counter if that folder is taken."""
+    base = root / f"{profile_name}-{strategy}-{now:%Y%m%d-%H%M%S}"
+    candidate, counter = base, 1
+    while candidate.exists():
+        counter += 1
+        candidate = base.with_name(f"{base.name}-{counter}")
+    return candidate
+
+
+def prepare_run_dir(plan: LaunchPlan, plan_text: str) -> Path:
+    """Create the run folder, refusing one that already holds anything, and write the plan's files."""
+    run_dir = Path(plan.run_dir)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        held = ", ".join(sorted(p.name for p in run_dir.iterdir())[:3]) if run_dir.is_dir() else "a file"
+        raise SubmitError(f"--run-dir {run_dir}: already holds {held}",
+                          "choose a new folder or leave --run-dir out for a fresh one under runs/")
+    (run_dir / LOGS).mkdir(parents=True, exist_ok=True)
+    (run_dir / PLAN_TEXT).write_text(plan_text, encoding="utf-8")
+    for file in plan.files:
+        path = Path(file.path)
+        path.write_text(file.text, encoding="utf-8")
+        if file.executable:
+            path.chmod(0o755)
+    return run_dir
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    temporary.replace(path)

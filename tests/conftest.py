@@ -1,0 +1,42 @@
+"""Shared helpers: run the real CLI in a subprocess, write profile files, make MNIST-format files."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m launch ARGS`` as a user would type it; output captured as text."""
+    return subprocess.run([sys.executable, "-m", "launch", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def write_profile(tmp_path: Path):  # type: ignore[no-untyped-def]
+    def write(text: str, name: str = "custom.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+    return write
+
+
+def write_idx(folder: Path, split: str, images: np.ndarray, labels: np.ndarray, *, gz: bool) -> None:
+    """Write images and labels in MNIST's IDX format (big-endian header, then uint8 data)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if gz else open
+    suffix = ".gz" if gz else ""
+    with opener(folder / f"{split}-images-idx3-ubyte{suffix}", "wb") as sink:
+        sink.write(struct.pack(">IIII", 2051, len(images), 28, 28) + images.astype(np.uint8).tobytes())
+    with opener(folder / f"{split}-labels-idx1-ubyte{suffix}", "wb") as sink:
+        sink.write(struct.pack(">II", 2049, len(labels)) + labels.astype(np.uint8).tobytes())

@@ -1,0 +1,139 @@
+"""Profiles: bundled files load, ``extends:`` merges, and every bad input is one clear line with exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launch.cli import main
+from launch.errors import ConfigError
+from launch.profile_loader import BUNDLED_DIR, bundled_profile_names, load_profile
+from tests.conftest import run_cli
+
+
+def test_every_bundled_profile_loads_and_documents_itself() -> None:
+    names = bundled_profile_names()
+    assert {"local-cpu", "local-2gpu", "slurm-2x4", "slurm-local-2x2"} <= set(names)
+    assert any(load_profile(name).kind == "tpu" for name in names)
+    for name in names:
+        profile = load_profile(name)
+        assert profile.name == name and profile.description
+        text = (BUNDLED_DIR / f"{name}.yaml").read_text()
+        assert text.startswith("#"), f"{name}.yaml should explain itself in comments"
+
+
+def test_bundled_shapes() -> None:
+    cpu, slurm, test_cluster = load_profile("local-cpu"), load_profile("slurm-2x4"), load_profile("slurm-local-2x2")
+    assert (cpu.kind, cpu.nodes, cpu.procs_per_node, cpu.device, cpu.dist_backend) == ("local", 1, 2, "cpu", "gloo")
+    assert (slurm.nodes, slurm.procs_per_node, slurm.device, slurm.dist_backend) == (2, 4, "cuda", "nccl")
+    assert slurm.slurm is not None and slurm.slurm.gpus_per_node == 4
+    assert (test_cluster.nodes, test_cluster.procs_per_node, test_cluster.device) == (2, 2, "cpu")
+
+
+def test_load_by_path_and_extends_merges_nested_sections(write_profile) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile("extends: slurm-2x4\ndescription: my site\nslurm:\n  partition: a100\n"
+                         "  account: ml\nenv:\n  NCCL_DEBUG: INFO\n", name="site.yaml")
+    profile = load_profile(str(path))
+    assert profile.name == "site" and profile.description == "my site"
+    assert profile.slurm is not None
+    assert (profile.slurm.partition, profile.slurm.account, profile.slurm.gpus_per_node) == ("a100", "ml", 4)
+    assert profile.nodes == 2 and profile.env == {"NCCL_DEBUG": "INFO"}
+    assert profile.source == str(path)
+
+
+def test_extends_a_sibling_file_by_relative_path(write_profile) -> None:  # type: ignore[no-untyped-def]
+    write_profile("kind: local\nprocs_per_node: 3\n", name="base.yaml")
+    child = write_profile("extends: base.yaml\ndescription: child\n", name="child.yaml")
+    assert load_profile(str(child)).procs_per_node == 3
+
+
+def test_profiles_command_lists_and_resolves() -> None:
+    listing = run_cli("profiles")
+    assert listing.returncode == 0
+    lines = listing.stdout.splitlines()
+    assert any(line.startswith("local-cpu ") and "CPU" in line for line in lines)
+    assert len(lines) == len(bundled_profile_names())
+    shown = run_cli("profiles", "slurm-2x4")
+    assert shown.returncode == 0
+    resolved = yaml.safe_load(shown.stdout)
+    assert resolved["slurm"]["gpus_per_node"] == 4 and resolved["nodes"] == 2
+
+
+BAD_PROFILES = [
+    ("kind: [local\n", ["invalid YAML", ":1:"]),
+    ("kind: local\nprocs_per_nod: 2\n", ["procs_per_nod: unknown key", "did you mean 'procs_per_node'?"]),
+    ("kind: slurm\nslurm:\n  partiton: gpu\n", ["slurm.partiton: unknown key", "did you mean 'partition'?"]),
+    ("kind: local\nnodes: two\n", ["nodes: expected an integer, got a string 'two'"]),
+    ("kind: local\nnodes: 0\n", ["nodes: must be at least 1, got 0"]),
+    ("kind: local\nprocs_per_node: -1\n", ["procs_per_node: must be at least 1, got -1"]),
+    ("kind: slurm\nnodes: 2\n", ["slurm: required for kind slurm"]),
+    ("kind: lokal\n", ["kind: 'lokal' is not allowed", "did you mean 'local'?", "allowed: local, slurm, tpu"]),
+    ("kind: local\ndevice: gpu\n", ["device: 'gpu' is not allowed", "allowed: cuda, cpu, xla"]),
+    ("kind: local\nenv:\n  OMP_NUM_THREADS: 1\n", ["env.OMP_NUM_THREADS: expected a string", 'quote it']),
+    ("kind: local\nkind: slurm\n", ["duplicate key 'kind'"]),
+    ("nodes: 1\n", ["kind: required; allowed: local, slurm, tpu"]),
+    ("", ["empty profile"]),
+    ("kind: local\nnodes: 2\n", ["nodes: kind local runs on this machine"]),
+    ("kind: local\ndevice: cpu\nbackend: nccl\n", ["backend: nccl needs device cuda"]),
+    ("kind: slurm\nnodes: 2\nprocs_per_node: 4\ndevice: cuda\nslurm:\n  gpus_per_node: 2\n",
+     ["slurm.gpus_per_node: 2 GPUs per node cannot serve procs_per_node 4"]),
+    ("kind: local\nslurm: {}\n", ["slurm: only allowed with kind slurm"]),
+    ("kind: local\nrendezvous:\n  timeout: 5\n", ["rendezvous.timeout: unknown key", "did you mean 'timeout_s'?"]),
+    ("kind: tpu\ndevice: xla\nnodes: 4\ntpu:\n  name: t\n", ["tpu.zone: required", "tpu.accelerator_type: required"]),
+    ("extends: no-such-profile\n", ["extends: unknown profile 'no-such-profile'"]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD_PROFILES, ids=[e[0] for _, e in BAD_PROFILES])
+def test_bad_profile_is_one_line_naming_file_and_key(write_profile, capsys, text: str,  # type: ignore[no-untyped-def]
+                                                     expected: list[str]) -> None:
+    path = write_profile(text)
+    status = main(["render", "--profile", str(path), "--strategy", "ddp"])
+    error = capsys.readouterr().err
+    assert status == 2
+    assert len(error.strip().splitlines()) == 1, error
+    assert str(path) in error
+    for fragment in expected:
+        assert fragment in error
+
+
+def test_extends_cycle_is_reported(write_profile) -> None:  # type: ignore[no-untyped-def]
+    write_profile("extends: b.yaml\nkind: local\n", name="a.yaml")
+    b = write_profile("extends: a.yaml\n", name="b.yaml")
+    with pytest.raises(ConfigError, match="extends: cycle .*a.yaml -> .*b.yaml"):
+        load_profile(str(b))
+
+
+def test_all_problems_of_a_file_are_reported_together(write_profile) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile("kind: local\nnodes: 0\nprocs_per_node: x\ncolour: red\n")
+    with pytest.raises(ConfigError) as caught:
+        load_profile(str(path))
+    message = str(caught.value)
+    assert "procs_per_node: expected an integer" in message and "colour: unknown key" in message
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--profile", "loca-cpu", "--strategy", "ddp"], ["unknown profile 'loca-cpu'", "did you mean 'local-cpu'?"]),
+    (["--profile", "local-cpu", "--strategy", "dpp"], ["unknown strategy 'dpp'", "did you mean 'ddp'?"]),
+    (["--profile", "local-cpu", "--strategy", "accelerate"], ["'accelerate' is not available yet"]),
+    (["--profile", "nowhere/x.yaml", "--strategy", "ddp"], ["nowhere/x.yaml: no such profile file"]),
+    (["--profile", "local-cpu", "--strategy", "ddp", "--", "--epochs", "0"], ["TRAIN_ARGS: argument --epochs"]),
+    (["--profile", "local-cpu", "--strategy", "ddp", "--", "--epoch", "2"], ["did you mean '--epochs'?"]),
+    (["--profile", "local-cpu", "--strategy", "ddp", "--", "--run-dir", "x"], ["--run-dir is set by launch"]),
+    (["--profile", "local-cpu"], ["the following arguments are required: --strategy"]),
+])
+def test_bad_command_line_exits_2_with_one_line_and_no_traceback(args: list[str], expected: list[str]) -> None:
+    result = run_cli("render", *args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in expected:
+        assert fragment in result.stderr
+
+
+def test_a_missing_profile_file_named_as_such(tmp_path: Path) -> None:
+    result = run_cli("profiles", str(tmp_path / "gone.yaml"))
+    assert result.returncode == 2 and "gone.yaml: no such profile file" in result.stderr

@@ -1,0 +1,98 @@
+"""Training arguments shared by every entrypoint (``-- TRAIN_ARGS`` on the launch command line)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from dataclasses import dataclass, fields
+
+DATASETS = ("synthetic", "mnist")
+DEVICES = ("auto", "cpu", "cuda", "xla")
+DIST_BACKENDS = ("auto", "gloo", "nccl", "xla")
+
+# Set by the launcher from the profile and the run folder; a user passing them after `--` is told so.
+LAUNCHER_OWNED = ("--run-dir", "--device", "--dist-backend")
+
+
+class TrainArgsError(ValueError):
+    """A training argument that cannot be parsed; the message names the argument."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainArgs:
+    """What to train and for how long; identical for the ddp, accelerate and trainer entrypoints."""
+
+    epochs: int = 2
+    max_steps: int | None = None
+    batch_size: int = 64
+    lr: float = 1e-3
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    seed: int = 0
+    log_every: int = 20
+    run_dir: str | None = None
+    device: str = "auto"
+    dist_backend: str = "auto"
+
+    def to_argv(self) -> tuple[str, ...]:
+        """The canonical command-line form: every field that differs from its default, in field order."""
+        argv: list[str] = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value != field.default and value is not None:
+                argv += [_flag(field.name), str(value)]
+        return tuple(argv)
+
+
+def _flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+_positive_int.__name__ = "positive integer"  # argparse names the type in its error message
+_positive_float.__name__ = "positive number"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="TRAIN_ARGS", add_help=False, exit_on_error=False,
+                                     allow_abbrev=False)
+    parser.add_argument("--epochs", type=_positive_int)
+    parser.add_argument("--max-steps", type=_positive_int)
+    parser.add_argument("--batch-size", type=_positive_int)
+    parser.add_argument("--lr", type=_positive_float)
+    parser.add_argument("--dataset", choices=DATASETS)
+    parser.add_argument("--data-dir")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--log-every", type=_positive_int)
+    parser.add_argument("--run-dir")
+    parser.add_argument("--device", choices=DEVICES)
+    parser.add_argument("--dist-backend", choices=DIST_BACKENDS)
+    return parser
+
+
+def parse_train_args(argv: list[str] | tuple[str, ...]) -> TrainArgs:
+    """Parse TRAIN_ARGS strictly: unknown or malformed arguments raise TrainArgsError."""
+    try:
+        namespace, unknown = _parser().parse_known_args(list(argv))
+    except argparse.ArgumentError as error:
+        raise TrainArgsError(str(error)) from None
+    if unknown:
+        known = [_flag(f.name) for f in fields(TrainArgs)]
+        close = difflib.get_close_matches(unknown[0].split("=")[0], known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise TrainArgsError(f"unrecognised argument {unknown[0]!r}{hint} allowed: {', '.join(known)}")
+    given = {key: value for key, value in vars(namespace).items() if value is not None}
+    return TrainArgs(**given)

@@ -1,0 +1,52 @@
+"""What a run leaves behind: metrics.jsonl as it goes, result.json at the end (main process only)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RESULT = "result.json"
+METRICS = "metrics.jsonl"
+
+
+class Reporter:
+    """Prints and records metrics on the main process; every other process stays quiet."""
+
+    def __init__(self, run_dir: str | None, *, is_main: bool) -> None:
+        self.run_dir = Path(run_dir) if run_dir and is_main else None
+        self.is_main = is_main
+        self.started = time.perf_counter()
+
+    def say(self, message: str) -> None:
+        if self.is_main:
+            print(message, flush=True)
+
+    def record(self, **metrics: Any) -> None:
+        if self.run_dir is not None:
+            with open(self.run_dir / METRICS, "a", encoding="utf-8") as sink:
+                sink.write(json.dumps({"time": round(time.time(), 3), **metrics}) + "\n")
+
+    def finish(self, **result: Any) -> dict[str, Any]:
+        """Write result.json (atomically) with the wall time since start; return what was written."""
+        result = {**result, "wall_seconds": round(time.perf_counter() - self.started, 3),
+                  "profile": os.environ.get("LAUNCH_PROFILE", "")}
+        if self.run_dir is not None:
+            temporary = self.run_dir / (RESULT + ".tmp")
+            temporary.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            temporary.replace(self.run_dir / RESULT)
+        return result
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """A fingerprint of every parameter's exact bytes: equal digests mean identical replicas."""
+    digest = hashlib.sha256()
+    for name, parameter in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
