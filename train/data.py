@@ -17,7 +17,7 @@ from train.synthetic_digits import make_digits
 
 MEAN, STD = 0.1307, 0.3081  # the seed's MNIST normalisation
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 8000, 2000
-T10K_TRAIN = 8000  # with only the t10k files: the first 8,000 train, the last 2,000 are held out
+T10K_TRAIN_FRACTION = 0.8  # with only the t10k files: the first 8,000 train, the last 2,000 are held out
 _FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
           "t10k": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 
@@ -69,7 +69,7 @@ def load_mnist(data_dir: Path, *, is_first: bool, barrier: Callable[[], None]) -
     if train is not None:
         return Datasets(train=_read_split(train), test=_read_split(test), description=f"mnist ({data_dir})")
     images, labels = _read_split(test).tensors
-    cut = T10K_TRAIN
+    cut = int(len(labels) * T10K_TRAIN_FRACTION)
     return Datasets(train=TensorDataset(images[:cut], labels[:cut]), test=TensorDataset(images[cut:], labels[cut:]),
                     description=f"mnist t10k only ({data_dir}: first {cut} train, last {len(labels) - cut} held out)")
 

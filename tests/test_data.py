@@ -1,0 +1,69 @@
+"""The data pipeline: embedded synthetic digits and MNIST IDX files (made by the tests, never downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import write_idx
+from train import data
+from train.synthetic_digits import make_digits
+
+
+def test_synthetic_digits_are_mnist_shaped_balanced_and_seeded() -> None:
+    images, labels = make_digits(500, seed=3)
+    assert images.shape == (500, 28, 28) and images.dtype == np.uint8 and labels.dtype == np.int64
+    assert np.bincount(labels, minlength=10).tolist() == [50] * 10
+    again, _ = make_digits(500, seed=3)
+    other, _ = make_digits(500, seed=4)
+    assert np.array_equal(images, again) and not np.array_equal(images, other)
+    ink = images.reshape(500, -1).mean(1) / 255
+    assert 0.05 < ink.mean() < 0.3, "strokes, not blank or flooded images"
+    assert images.max() == 255 and images.std() > 50
+
+
+def test_synthetic_classes_differ_more_than_samples_within_a_class() -> None:
+    images, labels = make_digits(2000, seed=0)
+    flat = images.reshape(len(images), -1).astype(np.float64)
+    means = np.stack([flat[labels == digit].mean(0) for digit in range(10)])
+    nearest = np.argmin(((flat[:, None, :] - means[None]) ** 2).sum(-1), axis=1)
+    assert (nearest == labels).mean() > 0.6, "even a nearest-class-mean classifier should do well"
+
+
+def test_mnist_reads_all_four_idx_files_in_torchvision_layout(tmp_path: Path) -> None:
+    raw = tmp_path / "MNIST" / "raw"
+    train_images, train_labels = make_digits(30, seed=1)
+    test_images, test_labels = make_digits(20, seed=2)
+    write_idx(raw, "train", train_images, train_labels, gz=False)
+    write_idx(raw, "t10k", test_images, test_labels, gz=False)
+    sets = data.load_mnist(tmp_path, is_first=True, barrier=lambda: None)
+    assert len(sets.train) == 30 and len(sets.test) == 20
+    pixels, label = sets.test[5]
+    assert tuple(pixels.shape) == (1, 28, 28) and int(label) == test_labels[5]
+    expected = (test_images[5] / 255 - data.MEAN) / data.STD
+    assert np.allclose(pixels[0].numpy(), expected, atol=1e-5)
+
+
+def test_mnist_with_only_gzipped_t10k_files_splits_them(tmp_path: Path) -> None:
+    images, labels = make_digits(10_000, seed=5)
+    write_idx(tmp_path, "t10k", images, labels, gz=True)
+    sets = data.load_mnist(tmp_path, is_first=True, barrier=lambda: None)
+    assert (len(sets.train), len(sets.test)) == (8000, 2000)
+    assert int(sets.test[0][1]) == labels[8000]
+    assert "t10k only" in sets.description
+
+
+def test_mnist_missing_and_not_downloadable_says_what_to_do(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Stand-in for the download: the MNIST mirrors cannot be reached from here, so torchvision's fetch
+    # is replaced by one that fails the way an offline machine does.
+    import torchvision.datasets
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\n<urlopen error [Errno -3] offline>")
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", offline)
+    with pytest.raises(data.DataError, match=r"MNIST is not in .* could not be downloaded .*offline.*"
+                                             r"--dataset synthetic"):
+        data.load_mnist(tmp_path / "empty", is_first=True, barrier=lambda: None)

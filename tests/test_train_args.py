@@ -1,0 +1,32 @@
+"""TRAIN_ARGS: shared by every entrypoint, strict, and round-tripped exactly through the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from train.args import TrainArgs, TrainArgsError, parse_train_args
+
+
+def test_round_trip_keeps_every_value() -> None:
+    given = ["--epochs", "4", "--max-steps", "9", "--batch-size", "32", "--lr", "0.003", "--dataset", "mnist",
+             "--data-dir", "/d ata", "--seed", "11"]
+    args = parse_train_args(given)
+    assert args == TrainArgs(epochs=4, max_steps=9, batch_size=32, lr=0.003, dataset="mnist", data_dir="/d ata",
+                             seed=11)
+    assert parse_train_args(list(args.to_argv())) == args
+
+
+def test_defaults_are_not_repeated_on_the_command_line() -> None:
+    assert TrainArgs().to_argv() == ()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--epochs", "0"], "invalid positive integer value: '0'"),
+    (["--lr", "-1"], "invalid positive number value"),
+    (["--dataset", "cifar"], "invalid choice: 'cifar'"),
+    (["--batch", "8"], "did you mean '--batch-size'?"),
+    (["--seed"], "expected one argument"),
+])
+def test_bad_arguments_name_the_argument(argv: list[str], message: str) -> None:
+    with pytest.raises(TrainArgsError, match=message.replace("?", r"\?").replace("(", r"\(")):
+        parse_train_args(argv)
