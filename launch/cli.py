@@ -120,10 +120,18 @@ def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
         return 0
     status = local.run_foreground(run_dir, plan.nodes[0])
     if status != 0:
-        raise WorkerFailure(f"the job failed with exit status {status}; rank logs: {run_dir / runs.LOGS}",
-                            exit_status=status)
+        raise WorkerFailure(_failure_message(run_dir, status), exit_status=status)
     print(_result_summary(run_dir))
     return 0
+
+
+def _failure_message(run_dir: Path, status: int) -> str:
+    failure = runs.first_failure(run_dir)
+    if failure is None:
+        return f"the job failed with exit status {status}; rank logs: {run_dir / runs.LOGS}"
+    rank = failure.get("rank")
+    return (f"the job failed with exit status {status}: rank {rank} on {failure.get('host')} failed first "
+            f"({failure.get('error')}); its log: {runs.rank_log_path(run_dir, int(rank or 0))}")
 
 
 def _result_summary(run_dir: Path) -> str:

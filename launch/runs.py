@@ -44,6 +44,12 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str) -> Path:
     return run_dir
 
 
+def first_failure(run_dir: Path) -> dict[str, Any] | None:
+    """The earliest failure note a rank left (rank, host, error), or None."""
+    notes = [note for path in (run_dir / LOGS).glob("rank-*.failure.json") if (note := read_json(path))]
+    return min(notes, key=lambda note: note.get("time", 0.0), default=None)
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))

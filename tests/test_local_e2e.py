@@ -79,7 +79,10 @@ def test_a_failing_job_fails_submit_with_its_status(tmp_path: Path) -> None:
     result = run_cli("submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir), "--",
                      "--dataset", "mnist", "--data-dir", str(broken))
     assert result.returncode != 0
-    assert "the job failed with exit status" in result.stderr and str(run_dir / "logs") in result.stderr
+    assert "the job failed with exit status" in result.stderr
+    assert "failed first" in result.stderr and "rank-" in result.stderr and str(run_dir / "logs") in result.stderr
+    assert len(result.stderr.strip().splitlines()[-1]) > 0 and result.stderr.strip().splitlines()[-1].startswith(
+        "launch: error: the job failed")
     assert json.loads((run_dir / "state.json").read_text())["status"] == "failed"
     assert not (run_dir / "result.json").exists()
 

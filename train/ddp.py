@@ -23,7 +23,7 @@ from train.args import TrainArgs, parse_train_args
 from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv, log_to_file, rank_log_path
 from train.model import Net, build_optimizer
-from train.reporting import Reporter, parameter_digest
+from train.reporting import Reporter, parameter_digest, record_failure
 
 STRATEGY = "ddp"
 
@@ -139,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
           f"{socket.gethostname()}, pid {os.getpid()}", flush=True)
     reporter = Reporter(args.run_dir, is_main=env.is_main)
-    result = train(args, env, reporter)
+    try:
+        result = train(args, env, reporter)
+    except Exception as error:
+        record_failure(args.run_dir, env.rank, error)
+        raise
     if env.is_main:
         result = reporter.finish(**result)
         reporter.say(f"done: eval accuracy {result['eval_accuracy']:.2%} after {result['steps']} steps "

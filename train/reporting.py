@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,19 @@ class Reporter:
             temporary.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             temporary.replace(self.run_dir / RESULT)
         return result
+
+
+def failure_path(run_dir: str | Path, rank: int) -> Path:
+    return Path(run_dir) / "logs" / f"rank-{rank}.failure.json"
+
+
+def record_failure(run_dir: str | None, rank: int, error: BaseException) -> None:
+    """Leave a note the launcher reads to say which rank failed first, and why."""
+    if run_dir is None:
+        return
+    note = {"rank": rank, "host": socket.gethostname(), "time": time.time(),
+            "error": f"{type(error).__name__}: {error}".splitlines()[0][:500]}
+    failure_path(run_dir, rank).write_text(json.dumps(note) + "\n", encoding="utf-8")
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
