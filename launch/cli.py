@@ -19,6 +19,7 @@ from launch.render import render_text
 from launch.strategies import STRATEGIES
 from train.args import LAUNCHER_OWNED, TrainArgsError, parse_train_args
 
+RUN_TIME_PLACEHOLDER = "YYYYmmdd-HHMMSS"
 RESULT_FIELDS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_second", "wall_seconds")
 
 
@@ -76,13 +77,15 @@ def _profiles(args: argparse.Namespace, _: list[str]) -> int:
         print(yaml.safe_dump(profile_to_mapping(profile), sort_keys=False), end="")
         return 0
     names = bundled_profile_names()
+    if not names:
+        raise LaunchError("no bundled profiles found", "reinstall launch; profile files can still be given by path")
     width = max(map(len, names))
     for name in names:
         print(f"{name:<{width}}  {load_profile(name).description}")
     return 0
 
 
-def _plan(args: argparse.Namespace, train_argv: list[str]) -> LaunchPlan:
+def _plan(args: argparse.Namespace, train_argv: list[str], *, for_submit: bool) -> LaunchPlan:
     profile = load_profile(args.profile)
     for flag in LAUNCHER_OWNED:
         if any(arg == flag or arg.startswith(flag + "=") for arg in train_argv):
@@ -92,21 +95,25 @@ def _plan(args: argparse.Namespace, train_argv: list[str]) -> LaunchPlan:
         train_args = parse_train_args(train_argv)
     except TrainArgsError as error:
         raise LaunchError(f"TRAIN_ARGS: {error}") from None
-    run_dir = Path(args.run_dir) if args.run_dir else runs.default_run_dir(
-        Path("runs"), profile.name, args.strategy, datetime.now())
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+    elif for_submit:
+        run_dir = runs.default_run_dir(Path("runs"), profile.name, args.strategy, datetime.now())
+    else:  # render stays repeatable: the time is filled in when the job is submitted
+        run_dir = Path("runs") / f"{profile.name}-{args.strategy}-{RUN_TIME_PLACEHOLDER}"
     return build_plan(profile, args.strategy, train_args, run_dir=str(run_dir.absolute()),
                       python=sys.executable, workdir=str(Path.cwd()))
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
-    print(render_text(_plan(args, train_argv)), end="")
+    print(render_text(_plan(args, train_argv, for_submit=False)), end="")
     return 0
 
 
 def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
     from launch.backends import local
 
-    plan = _plan(args, train_argv)
+    plan = _plan(args, train_argv, for_submit=True)
     if plan.profile.kind != "local":
         raise SubmitError(f"{plan.profile.source}: submitting kind {plan.profile.kind} profiles comes with "
                           "a later issue", "`render` shows the plan and its sbatch script")
@@ -118,9 +125,11 @@ def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
         print(f"started in the background (launcher pid {started.launcher_pid}); follow it with: "
               f"python -m launch logs {run_dir} --follow")
         return 0
-    status = local.run_foreground(run_dir, plan.nodes[0])
-    if status != 0:
-        raise WorkerFailure(_failure_message(run_dir, status), exit_status=status)
+    outcome = local.run_foreground(run_dir, plan.nodes[0])
+    if outcome.cancelled:
+        raise WorkerFailure(f"the job was cancelled; rank logs: {run_dir / runs.LOGS}", exit_status=130)
+    if outcome.exit_code != 0:
+        raise WorkerFailure(_failure_message(run_dir, outcome.exit_code), exit_status=outcome.exit_code)
     print(_result_summary(run_dir))
     return 0
 
@@ -159,8 +168,10 @@ def _run_dir(given: str) -> Path:
 
 
 def _status(args: argparse.Namespace, _: list[str]) -> int:
+    from launch.backends import local
+
     run_dir = _run_dir(args.run)
-    state = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
+    state = local.current_status(run_dir)
     code = f" (exit status {state['exit_code']})" if "exit_code" in state else ""
     print(f"{run_dir}: {state['status']}{code}")
     if (run_dir / runs.RESULT).is_file():
@@ -169,23 +180,25 @@ def _status(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
+    from launch.backends import local
+
     run_dir = _run_dir(args.run)
     path = runs.rank_log_path(run_dir, args.rank)
     position = 0
     while True:
-        if path.is_file():
+        running = args.follow and local.current_status(run_dir).get("status") == "running"
+        if path.is_file():  # read after the status check, so the last lines of a run that just ended show
             with open(path, "rb") as log:
                 log.seek(position)
                 chunk = log.read()
             position += len(chunk)
             sys.stdout.write(chunk.decode(errors="replace"))
             sys.stdout.flush()
-        state = runs.read_json(run_dir / runs.STATE) or {}
-        if not args.follow or state.get("status") not in ("running", None):
+        if not running:
             break
         time.sleep(0.5)
-    if position == 0 and not path.is_file():
-        raise LaunchError(f"{path}: no log for rank {args.rank} (yet)")
+    if not path.is_file():
+        raise LaunchError(f"{path}: no log for rank {args.rank}")
     return 0
 
 

@@ -59,7 +59,8 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     if profile.kind == "tpu":
         raise LaunchError(f"{profile.source}: kind: tpu profiles cannot be launched yet (they come with the "
                           "TPU issue); use a local or slurm profile")
-    args = replace(train_args, run_dir=run_dir, device=profile.device, dist_backend=profile.dist_backend)
+    args = replace(train_args, run_dir=run_dir, device=profile.device, dist_backend=profile.dist_backend,
+                   profile_name=profile.name)
     env = worker_env(profile)
     nodes = tuple(
         NodeCommand(node_rank=rank,
@@ -87,7 +88,7 @@ def _node_context(profile: Profile, node_rank: int) -> NodeContext:
 
 def worker_env(profile: Profile) -> tuple[tuple[str, str], ...]:
     """The variables added to every worker's inherited environment, profile values winning."""
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "LAUNCH_PROFILE": profile.name}
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     if profile.device == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: N processes share the cores fairly
     if profile.network_interface:

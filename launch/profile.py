@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from train.args import default_dist_backend
+
 Kind = Literal["local", "slurm", "tpu"]
 Device = Literal["cuda", "cpu", "xla"]
 Backend = Literal["nccl", "gloo", "auto"]
@@ -71,6 +73,4 @@ class Profile:
     @property
     def dist_backend(self) -> str:
         """The torch.distributed backend: the profile's choice, or the usual one for its device."""
-        if self.backend != "auto":
-            return self.backend
-        return {"cuda": "nccl", "cpu": "gloo", "xla": "xla"}[self.device]
+        return self.backend if self.backend != "auto" else default_dist_backend(self.device)

@@ -12,10 +12,24 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from launch.errors import ConfigError, did_you_mean
-from launch.profile import Profile
+from launch.profile import Profile, SlurmSection
+from launch.rendezvous import TORCH_CONTRACT
+from launch.sbatch import MANAGED_OPTIONS
 
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "cluster_configs"
+def _bundled_dir() -> Path:
+    """cluster_configs/ beside the package in a checkout, or inside it once installed from a wheel."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "cluster_configs"
+    return checkout if checkout.is_dir() else here / "cluster_configs"
+
+
+BUNDLED_DIR = _bundled_dir()
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_NODES = 10_000
+MAX_PROCS_PER_NODE = 1_024
 
 
 def bundled_profile_names() -> list[str]:
@@ -29,8 +43,12 @@ def resolve_profile_path(name_or_path: str, relative_to: Path | None = None) -> 
         path = Path(name_or_path)
         if relative_to is not None and not path.is_absolute():
             path = relative_to / path
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a folder, not a profile file")
         if not path.is_file():
-            raise ConfigError(f"{path}: no such profile file")
+            bundled = path.stem if (BUNDLED_DIR / path.name).is_file() else ""
+            hint = f"; did you mean the bundled profile '{bundled}'?" if bundled else ""
+            raise ConfigError(f"{path}: no such profile file{hint}")
         return path
     for folder in ([relative_to] if relative_to else []) + [BUNDLED_DIR]:
         candidate = folder / f"{name_or_path}.yaml"
@@ -69,6 +87,9 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
     seen: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"keys must be plain words, got {key!r}",
+                                                    key_node.start_mark)
         if key in seen:
             line = key_node.start_mark.line + 1
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (line {line})",
@@ -85,6 +106,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
@@ -108,6 +131,10 @@ def _resolved_mapping(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     data = _read_yaml(path)
     data.setdefault("name", path.stem)
     parent_ref = data.pop("extends", None)
+    problems: list[str] = []
+    _convert_dataclass(Profile, data, "", problems, partial=True)  # this file's own keys and types
+    if problems:
+        raise ConfigError(f"{path}: " + "; ".join(problems))
     if parent_ref is None:
         return data
     if not isinstance(parent_ref, str):
@@ -135,8 +162,12 @@ def _yaml_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
 
 
-def _convert_dataclass(cls: type, data: Any, where: str, problems: list[str]) -> dict[str, Any]:
-    """Check ``data`` against ``cls``'s typed fields; return the constructor arguments."""
+def _convert_dataclass(cls: type, data: Any, where: str, problems: list[str], *,
+                       partial: bool = False) -> dict[str, Any]:
+    """Check ``data`` against ``cls``'s typed fields; return the constructor arguments.
+
+    ``partial`` checks one file of an ``extends:`` chain: what it says must be right, but it need not be whole.
+    """
     if not isinstance(data, Mapping):
         problems.append(f"{where or 'profile'}: expected a mapping, got {_describe(data)}")
         return {}
@@ -149,8 +180,8 @@ def _convert_dataclass(cls: type, data: Any, where: str, problems: list[str]) ->
             problems.append(f"{path}: unknown key;{did_you_mean(str(key), known)} "
                             f"allowed: {', '.join(known)}")
             continue
-        values[key] = _convert(value, hints[key], path, problems)
-    for name, spec in known.items():
+        values[key] = _convert(value, hints[key], path, problems, partial=partial)
+    for name, spec in ({} if partial else known).items():
         required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
         if required and name not in data:
             path = f"{where}.{name}" if where else name
@@ -158,13 +189,13 @@ def _convert_dataclass(cls: type, data: Any, where: str, problems: list[str]) ->
     return values
 
 
-def _convert(value: Any, hint: Any, path: str, problems: list[str]) -> Any:
+def _convert(value: Any, hint: Any, path: str, problems: list[str], *, partial: bool = False) -> Any:
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
         options = [arg for arg in get_args(hint) if arg is not type(None)]
         if value is None:
             return None
-        return _convert(value, options[0], path, problems)
+        return _convert(value, options[0], path, problems, partial=partial)
     if origin is Literal:
         allowed = [str(arg) for arg in get_args(hint)]
         if value not in get_args(hint):
@@ -172,7 +203,9 @@ def _convert(value: Any, hint: Any, path: str, problems: list[str]) -> Any:
                             f"allowed: {', '.join(allowed)}")
         return value
     if dataclasses.is_dataclass(hint):
-        values = _convert_dataclass(hint, value, path, problems)
+        values = _convert_dataclass(hint, value, path, problems, partial=partial)
+        if partial:
+            return values
         try:
             return hint(**values)
         except TypeError:  # a required field is missing: already reported
@@ -202,6 +235,9 @@ def _convert_string_map(value: Any, path: str, problems: list[str]) -> dict[str,
         return {}
     result: dict[str, str] = {}
     for key, item in value.items():
+        if not isinstance(key, str):
+            problems.append(f"{path}: the key {key!r} is read by YAML as {_describe(key)}; quote it: \"{_plain(key)}\"")
+            continue
         if not isinstance(item, str):
             problems.append(f"{path}.{key}: expected a string, got {_describe(item)}; "
                             f"quote it: {key}: \"{_plain(item)}\"")
@@ -237,17 +273,33 @@ def _allowed_suffix(hint: Any) -> str:
 
 def check_profile(profile: Profile) -> list[str]:
     """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
-    problems = _check_counts(profile) + _check_sections(profile)
-    problems += [f"env.{key}: not a valid environment variable name (letters, digits, '_'; no leading digit)"
-                 for key in profile.env if not _ENV_NAME.match(key)]
+    problems = _check_names(profile) + _check_counts(profile) + _check_sections(profile)
+    for key in profile.env:
+        if not _ENV_NAME.match(key):
+            problems.append(f"env.{key}: not a valid environment variable name (letters, digits, '_'; "
+                            "no leading digit)")
+        elif key in TORCH_CONTRACT:
+            problems.append(f"env.{key}: set by launch for every worker; use rendezvous.port for the port")
     return problems
+
+
+
+def _check_names(profile: Profile) -> list[str]:
+    problems = []
+    if not _PROFILE_NAME.match(profile.name):
+        problems.append(f"name: {profile.name!r} must be letters, digits, '.', '_' or '-' (it names run folders)")
+    interface = profile.network_interface
+    if interface is not None and (not interface or any(ch.isspace() for ch in interface)):
+        problems.append(f"network_interface: {interface!r} is not an interface name (for example eth0, ib0)")
+    return problems
+
 
 
 def _check_counts(profile: Profile) -> list[str]:
     problems = []
-    for key in ("nodes", "procs_per_node"):
-        if getattr(profile, key) < 1:
-            problems.append(f"{key}: must be at least 1, got {getattr(profile, key)}")
+    for key, most in (("nodes", MAX_NODES), ("procs_per_node", MAX_PROCS_PER_NODE)):
+        if not 1 <= getattr(profile, key) <= most:
+            problems.append(f"{key}: must be between 1 and {most}, got {getattr(profile, key)}")
     port = profile.rendezvous.port
     if port is not None and not 1024 <= port <= 65535:
         problems.append(f"rendezvous.port: must be between 1024 and 65535 (or null for one per job), got {port}")
@@ -260,6 +312,7 @@ def _check_counts(profile: Profile) -> list[str]:
         problems.append(f"backend: nccl needs device cuda, the profile has device {profile.device}; "
                         "use gloo or auto")
     return problems
+
 
 
 def _check_sections(profile: Profile) -> list[str]:
@@ -275,19 +328,19 @@ def _check_sections(profile: Profile) -> list[str]:
         problems.append(f"device: xla goes with kind tpu; the profile has kind {profile.kind} and "
                         f"device {profile.device}")
     if profile.slurm is not None:
-        problems += _check_slurm(profile)
+        problems += _check_slurm(profile, profile.slurm)
     if profile.tpu is not None and profile.tpu.workers != profile.nodes:
         problems.append(f"tpu.workers: must equal nodes (one node per TPU host), got {profile.tpu.workers} "
                         f"workers and {profile.nodes} nodes")
     return problems
 
 
-def _check_slurm(profile: Profile) -> list[str]:
-    slurm = profile.slurm
-    assert slurm is not None
+
+def _check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
     problems = [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
                 for key in ("time_min", "cpus_per_task", "mem_gb")
                 if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
+    problems += _check_sbatch_text(slurm)
     gpus = slurm.gpus_per_node
     if gpus is not None and profile.device == "cuda" and gpus != profile.procs_per_node:
         problems.append(f"slurm.gpus_per_node: {gpus} GPUs per node cannot serve procs_per_node "
@@ -295,4 +348,20 @@ def _check_slurm(profile: Profile) -> list[str]:
     if gpus and profile.device == "cpu":
         problems.append(f"slurm.gpus_per_node: {gpus} GPUs asked for a device cpu profile; "
                         "remove it or set device: cuda")
+    return problems
+
+
+def _check_sbatch_text(slurm: SlurmSection) -> list[str]:
+    """Values that become ``#SBATCH`` lines: one line each, and no option launch already sets."""
+    problems = [f"slurm.{key}: must be a single line without control characters"
+                for key in ("partition", "account", "qos", "constraint")
+                if _CONTROL.search(getattr(slurm, key) or "")]
+    for option, value in slurm.extra_sbatch.items():
+        where = f"slurm.extra_sbatch.{option}"
+        if not _SBATCH_OPTION.match(option):
+            problems.append(f"{where}: not an sbatch long option name (lowercase, like 'mail-type')")
+        elif option in MANAGED_OPTIONS:
+            problems.append(f"{where}: set by launch from {MANAGED_OPTIONS[option]}; set it there")
+        if _CONTROL.search(value):
+            problems.append(f"{where}: must be a single line without control characters")
     return problems

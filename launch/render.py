@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import re
+from itertools import groupby
 
 from launch import shell
 from launch.plan import LaunchPlan
-
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-
-
-def mask(name: str, value: str) -> str:
-    """The value as shown to people: hidden when the variable's name looks like a secret."""
-    return "****" if _SECRET_NAME.search(name) else value
-
+from launch.secrets import mask
 
 def render_text(plan: LaunchPlan) -> str:
     profile = plan.profile
@@ -22,9 +15,13 @@ def render_text(plan: LaunchPlan) -> str:
            f"world:     {plan.world_size} processes = {profile.nodes} node(s) x {profile.procs_per_node}, "
            f"device {profile.device}, backend {profile.dist_backend}",
            f"run dir:   {plan.run_dir}"]
-    for node in plan.nodes:
-        where = "this machine" if profile.kind == "local" else f"SLURM task on node {node.node_rank}"
-        out += ["", f"node {node.node_rank} ({where})", f"  cwd: {node.cwd}", "  env:"]
+    # Nodes that run the same command (every SLURM task does) are shown once.
+    for _, same in groupby(plan.nodes, key=lambda node: (node.argv, node.env, node.cwd)):
+        group = list(same)
+        node = group[0]
+        ranks = f"node {node.node_rank}" if len(group) == 1 else f"nodes {node.node_rank}-{group[-1].node_rank}"
+        where = "this machine" if profile.kind == "local" else "one SLURM task per node"
+        out += ["", f"{ranks} ({where})", f"  cwd: {node.cwd}", "  env:"]
         out += [f"    {name}={mask(name, value)}" for name, value in node.env]
         out += ["  command:", f"    {shell.join(node.argv)}"]
     for file in plan.files:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan
-from train.dist_env import rank_log_path
+from train.layout import LOGS, PLAN_TEXT, RESULT, STATE, failure_path, rank_log_path, read_json, write_json_atomic
 
-PLAN_TEXT = "plan.txt"
-RESULT = "result.json"
-STATE = "state.json"
-LOGS = "logs"
+# The layout itself is train.layout's (the jobs write into the same folder); re-exported for the host side.
+__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "default_run_dir", "first_failure", "prepare_run_dir",
+           "rank_log_path", "read_json", "write_json_atomic"]
 
 
 def default_run_dir(root: Path, profile_name: str, strategy: str, now: datetime) -> Path:
@@ -30,34 +28,26 @@ def default_run_dir(root: Path, profile_name: str, strategy: str, now: datetime)
 def prepare_run_dir(plan: LaunchPlan, plan_text: str) -> Path:
     """Create the run folder, refusing one that already holds anything, and write the plan's files."""
     run_dir = Path(plan.run_dir)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        held = ", ".join(sorted(p.name for p in run_dir.iterdir())[:3]) if run_dir.is_dir() else "a file"
+    if run_dir.is_file():
+        raise SubmitError(f"--run-dir {run_dir}: is a file", "give a folder that does not exist yet")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        held = ", ".join(sorted(p.name for p in run_dir.iterdir())[:3])
         raise SubmitError(f"--run-dir {run_dir}: already holds {held}",
                           "choose a new folder or leave --run-dir out for a fresh one under runs/")
-    (run_dir / LOGS).mkdir(parents=True, exist_ok=True)
-    (run_dir / PLAN_TEXT).write_text(plan_text, encoding="utf-8")
-    for file in plan.files:
-        path = Path(file.path)
-        path.write_text(file.text, encoding="utf-8")
-        if file.executable:
-            path.chmod(0o755)
+    try:
+        (run_dir / LOGS).mkdir(parents=True, exist_ok=True)
+        (run_dir / PLAN_TEXT).write_text(plan_text, encoding="utf-8")
+        for file in plan.files:
+            path = Path(file.path)
+            path.write_text(file.text, encoding="utf-8")
+            if file.executable:
+                path.chmod(0o755)
+    except OSError as error:
+        raise SubmitError(f"--run-dir {run_dir}: cannot write there ({error.strerror})") from None
     return run_dir
 
 
 def first_failure(run_dir: Path) -> dict[str, Any] | None:
     """The earliest failure note a rank left (rank, host, error), or None."""
-    notes = [note for path in (run_dir / LOGS).glob("rank-*.failure.json") if (note := read_json(path))]
+    notes = [note for path in run_dir.glob(str(failure_path("", "*"))) if (note := read_json(path))]
     return min(notes, key=lambda note: note.get("time", 0.0), default=None)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(path)

@@ -8,22 +8,34 @@ from typing import TYPE_CHECKING
 from launch import shell
 from launch.profile import Profile
 from launch.rendezvous import SLURM_NODE_LIST, port_for_job_shell
+from launch.secrets import looks_secret
 
 if TYPE_CHECKING:
     from launch.plan import NodeCommand
+
+# sbatch options launch writes itself, with the profile key each comes from.
+MANAGED_OPTIONS = {"job-name": "the profile and strategy names", "nodes": "nodes",
+                   "ntasks-per-node": "one task per node", "time": "slurm.time_min", "output": "the run folder",
+                   "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
+                   "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem_gb",
+                   "gpus-per-node": "slurm.gpus_per_node", "constraint": "slurm.constraint",
+                   "exclusive": "slurm.exclusive"}
 
 
 def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tuple[str, str | None]]:
     """``#SBATCH`` options as (name, value) pairs; value None for a bare flag."""
     slurm = profile.slurm
-    assert slurm is not None
+    if slurm is None:
+        raise ValueError(f"profile {profile.name} has no slurm section")
+    gpus = slurm.gpus_per_node if slurm.gpus_per_node is not None else (
+        profile.procs_per_node if profile.device == "cuda" else None)
     options: list[tuple[str, str | None]] = [
         ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
         ("time", str(slurm.time_min)), ("output", f"{run_dir}/logs/slurm-%j-node%n.out")]
     optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
                 "cpus-per-task": _times(slurm.cpus_per_task, profile.procs_per_node),
                 "mem": f"{slurm.mem_gb}G" if slurm.mem_gb else None,
-                "gpus-per-node": str(slurm.gpus_per_node) if slurm.gpus_per_node else None,
+                "gpus-per-node": str(gpus) if gpus else None,
                 "constraint": slurm.constraint}
     options += [(name, value) for name, value in optional.items() if value is not None]
     if slurm.exclusive:
@@ -43,13 +55,20 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     for name, value in sbatch_options(profile, job_name=job_name, run_dir=run_dir):
         lines.append(f"#SBATCH --{name}" + ("" if value is None else f"={value}"))
     port = profile.rendezvous.port
+    lines.append("set -euo pipefail")
+    if profile.slurm is not None and profile.slurm.cpus_per_task:
+        # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the batch job: hand it on.
+        lines.append('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
     lines += [
-        "set -euo pipefail",
         "# The head node (first host of the allocation) hosts the rendezvous.",
         f'export MASTER_ADDR="$(scontrol show hostnames "${SLURM_NODE_LIST}" | head -n 1)"',
         f"export MASTER_PORT={port if port is not None else port_for_job_shell()}",
     ]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in node.env]
+    for name, value in node.env:
+        if looks_secret(name):  # never written to disk: sbatch passes it on from the submitting environment
+            lines.append(f': "${{{name}:?{name} must be set in the environment sbatch is run from}}"')
+        else:
+            lines.append(f"export {name}={shlex.quote(value)}")
     lines += [f"cd {shlex.quote(node.cwd)}",
               "# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
               f"srun --kill-on-bad-exit=1 bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]

@@ -78,8 +78,8 @@ def test_a_failing_job_fails_submit_with_its_status(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = run_cli("submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir), "--",
                      "--dataset", "mnist", "--data-dir", str(broken))
-    assert result.returncode != 0
-    assert "the job failed with exit status" in result.stderr
+    assert result.returncode == 1, "submit exits with the job's own status (torchrun's 1)"
+    assert "the job failed with exit status 1" in result.stderr
     assert "failed first" in result.stderr and "rank-" in result.stderr and str(run_dir / "logs") in result.stderr
     assert len(result.stderr.strip().splitlines()[-1]) > 0 and result.stderr.strip().splitlines()[-1].startswith(
         "launch: error: the job failed")
@@ -108,6 +108,46 @@ def test_an_occupied_run_dir_is_refused_and_left_untouched(tmp_path: Path) -> No
     result = run_cli("submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir))
     assert result.returncode == 2 and "already holds result.json" in result.stderr
     assert (run_dir / "result.json").read_text() == "mine" and sorted(os.listdir(run_dir)) == ["result.json"]
+
+
+def test_an_unwritable_run_dir_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = run_cli("submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(blocker / "run"))
+    assert result.returncode == 2 and "cannot write there" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cancel_and_status_never_trust_a_stale_pid(tmp_path: Path) -> None:
+    """A run whose launcher died (or whose pid now belongs to someone else) is reported lost, and left alone."""
+    run_dir = tmp_path / "stale"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "plan.txt").write_text("plan")
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        (run_dir / "state.json").write_text(json.dumps(
+            {"status": "running", "launcher_pid": bystander.pid, "launcher_started": 1}))
+        assert "lost (its launcher process is gone)" in run_cli("status", str(run_dir)).stdout
+        cancelled = run_cli("cancel", str(run_dir))
+        assert cancelled.returncode == 2 and "not running" in cancelled.stderr
+        assert bystander.poll() is None, "cancel killed a process that was not ours"
+        followed = run_cli("logs", str(run_dir), "--follow", timeout=30)
+        assert followed.returncode == 2 and "no log for rank 0" in followed.stderr
+    finally:
+        bystander.kill()
+
+
+def test_a_wheel_install_carries_the_bundled_profiles(tmp_path: Path) -> None:
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path / "wheel"), str(ROOT)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("launch-*.whl")
+    target = tmp_path / "site"
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                                str(wheel)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+    listing = subprocess.run([sys.executable, "-m", "launch", "profiles"], cwd=tmp_path, capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": str(target)})
+    assert listing.returncode == 0 and "local-cpu" in listing.stdout, listing.stderr
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -19,6 +19,7 @@ from tests.conftest import ROOT, run_cli
 from train.args import TrainArgs, parse_train_args
 
 PYTHON = "/opt/venv/bin/python"
+GOLDEN = Path(__file__).parent / "golden"
 
 
 def plan_for(profile: str, train_args: TrainArgs | None = None, run_dir: str = "/runs/r1"):  # type: ignore[no-untyped-def]
@@ -32,8 +33,9 @@ def test_local_cpu_plan_is_one_torchrun_node_with_two_processes() -> None:
     node = plan.nodes[0]
     assert node.argv == (PYTHON, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                          "--nproc_per_node", "2", "--max_restarts", "0", "-m", "train.ddp", "--epochs", "3",
-                         "--lr", "0.01", "--run-dir", "/runs/r1", "--device", "cpu", "--dist-backend", "gloo")
-    assert dict(node.env)["OMP_NUM_THREADS"] == "1" and dict(node.env)["LAUNCH_PROFILE"] == "local-cpu"
+                         "--lr", "0.01", "--run-dir", "/runs/r1", "--device", "cpu", "--dist-backend", "gloo",
+                         "--profile-name", "local-cpu")
+    assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     assert node.cwd == "/project"
 
 
@@ -85,6 +87,42 @@ def test_sbatch_script_defers_node_rank_to_each_task(tmp_path: Path) -> None:
     assert result.stdout.split() == ["0", "1"], result.stderr
 
 
+@pytest.mark.parametrize("profile", ["slurm-2x4", "slurm-local-2x2"])
+def test_sbatch_script_matches_its_reviewed_golden_file(profile: str) -> None:
+    """A change to a rendered script is a change users see: review it, then UPDATE_GOLDEN=1 to accept."""
+    text = plan_for(profile).files[0].text
+    golden = GOLDEN / f"{profile}-ddp.sbatch"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_sbatch_script_sets_the_rendezvous_from_the_job(tmp_path: Path) -> None:
+    """The script's own lines, up to srun, run with stand-ins for SLURM's variables and scontrol."""
+    script = plan_for("slurm-local-2x2").files[0].text
+    prologue = script.split("\ncd ")[0] + '\necho "$MASTER_ADDR $MASTER_PORT"\n'
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    # Stand-in for scontrol (the real one is exercised by the SLURM issue's cluster tests).
+    (fake_bin / "scontrol").write_text('#!/bin/bash\n[ "$1 $2 $3" = "show hostnames n[3-4]" ] && '
+                                       'printf "n3\\nn4\\n"\n')
+    (fake_bin / "scontrol").chmod(0o755)
+    result = subprocess.run(["bash", "-c", prologue], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}",
+                                 "SLURM_JOB_NODELIST": "n[3-4]", "SLURM_JOB_ID": "4242",
+                                 "SLURM_CPUS_PER_TASK": "2"})
+    assert result.stdout.split() == ["n3", str(port_for_job(4242))], result.stderr
+
+
+def test_secrets_are_never_written_into_the_sbatch_script(write_profile) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile("extends: slurm-local-2x2\nenv:\n  HF_TOKEN: hunter2\n")
+    plan = build_plan(load_profile(str(path)), "ddp", TrainArgs(), run_dir="/r", python="py", workdir="/w")
+    (script,) = plan.files
+    assert "hunter2" not in script.text and "HF_TOKEN" in script.text
+    assert dict(plan.nodes[0].env)["HF_TOKEN"] == "hunter2", "the worker still gets it, through the environment"
+
+
 def test_port_formula_agrees_with_its_shell_form() -> None:
     for job_id in (1, 4242, 987654):
         shell_port = subprocess.run(["bash", "-c", f"SLURM_JOB_ID={job_id}; echo {port_for_job_shell()}"],
@@ -101,30 +139,36 @@ def test_literal_arguments_survive_the_shell_verbatim(hostile: str) -> None:
     assert output.split(b"\0")[:2] == [hostile.encode(), b"$HOME"]
 
 
-def test_render_shows_every_node_command_env_and_script() -> None:
-    result = run_cli("render", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir", "/tmp/x",
+def test_render_shows_every_node_command_env_and_script(tmp_path: Path) -> None:
+    run_dir = tmp_path / "x"
+    result = run_cli("render", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir", str(run_dir),
                      "--", "--max-steps", "5")
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    assert text.count("torch.distributed.run") == 3  # two nodes and the script's srun line
-    assert "node 1 (SLURM task on node 1)" in text and "OMP_NUM_THREADS=1" in text
-    assert "file /tmp/x/job.sbatch:" in text and '--node_rank "$SLURM_NODEID"' in text
+    assert text.count("torch.distributed.run") == 2  # both nodes' shared command, and the script's srun line
+    assert "nodes 0-1 (one SLURM task per node)" in text and "OMP_NUM_THREADS=1" in text
+    assert f"file {run_dir}/job.sbatch:" in text and '--node_rank "$SLURM_NODEID"' in text
     assert "--max-steps 5" in text
-    assert not Path("/tmp/x").exists(), "render must not create the run folder"
+    assert not run_dir.exists(), "render must not create the run folder"
 
 
-def test_render_masks_secret_looking_values(write_profile) -> None:  # type: ignore[no-untyped-def]
+def test_render_without_run_dir_is_the_same_twice() -> None:
+    first, second = (run_cli("render", "--profile", "slurm-2x4", "--strategy", "ddp").stdout for _ in range(2))
+    assert first == second and "runs/slurm-2x4-ddp-YYYYmmdd-HHMMSS" in first
+
+
+def test_render_masks_secret_looking_values(write_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = write_profile("extends: local-cpu\nenv:\n  WANDB_API_KEY: hunter2\n")
-    result = run_cli("render", "--profile", str(path), "--strategy", "ddp", "--run-dir", "/tmp/y")
+    result = run_cli("render", "--profile", str(path), "--strategy", "ddp", "--run-dir", str(tmp_path / "y"))
     assert "WANDB_API_KEY=****" in result.stdout and "hunter2" not in result.stdout
 
 
 def test_profiles_render_and_accelerate_config_import_no_heavy_library() -> None:
     probe = ("import sys\nfrom launch.cli import main\n"
              "for argv in (['profiles'], ['profiles', 'slurm-2x4'], "
-             "['render', '--profile', 'slurm-2x4', '--strategy', 'ddp', '--run-dir', '/tmp/z'], "
-             "['accelerate-config', '--profile', 'local-cpu']):\n"
-             "    main(argv)\n"
+             "['render', '--profile', 'slurm-2x4', '--strategy', 'ddp']):\n"
+             "    assert main(argv) == 0, argv\n"
+             "main(['accelerate-config', '--profile', 'local-cpu'])\n"
              "heavy = sorted(m for m in ('torch', 'accelerate', 'transformers', 'submitit') if m in sys.modules)\n"
              "print('HEAVY', heavy)\n")
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)

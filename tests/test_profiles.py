@@ -66,8 +66,8 @@ BAD_PROFILES = [
     ("kind: local\nprocs_per_nod: 2\n", ["procs_per_nod: unknown key", "did you mean 'procs_per_node'?"]),
     ("kind: slurm\nslurm:\n  partiton: gpu\n", ["slurm.partiton: unknown key", "did you mean 'partition'?"]),
     ("kind: local\nnodes: two\n", ["nodes: expected an integer, got a string 'two'"]),
-    ("kind: local\nnodes: 0\n", ["nodes: must be at least 1, got 0"]),
-    ("kind: local\nprocs_per_node: -1\n", ["procs_per_node: must be at least 1, got -1"]),
+    ("kind: local\nnodes: 0\n", ["nodes: must be between 1 and 10000, got 0"]),
+    ("kind: local\nprocs_per_node: -1\n", ["procs_per_node: must be between 1 and 1024, got -1"]),
     ("kind: slurm\nnodes: 2\n", ["slurm: required for kind slurm"]),
     ("kind: lokal\n", ["kind: 'lokal' is not allowed", "did you mean 'local'?", "allowed: local, slurm, tpu"]),
     ("kind: local\ndevice: gpu\n", ["device: 'gpu' is not allowed", "allowed: cuda, cpu, xla"]),
@@ -83,6 +83,21 @@ BAD_PROFILES = [
     ("kind: local\nrendezvous:\n  timeout: 5\n", ["rendezvous.timeout: unknown key", "did you mean 'timeout_s'?"]),
     ("kind: tpu\ndevice: xla\nnodes: 4\ntpu:\n  name: t\n", ["tpu.zone: required", "tpu.accelerator_type: required"]),
     ("extends: no-such-profile\n", ["extends: unknown profile 'no-such-profile'"]),
+    ("extends: [a]\nkind: local\n", ["extends: expected a profile name or path"]),
+    ("kind: local\n? [a, b]\n: c\n", ["invalid YAML", "keys must be plain words"]),
+    ("kind: local\nenv:\n  null: x\n  ON: '1'\n", ["env: the key None is read by YAML as nothing (null)",
+                                                    "env: the key True is read by YAML as a boolean"]),
+    ("kind: local\nenv:\n  MASTER_PORT: '1'\n", ["env.MASTER_PORT: set by launch for every worker"]),
+    ("kind: local\nname: ../../escape\n", ["name: '../../escape' must be letters, digits"]),
+    ("kind: local\nnetwork_interface: ''\n", ["network_interface: '' is not an interface name"]),
+    ("kind: slurm\nslurm:\n  partition: \"gpu\\ntouch /tmp/pwned\"\n",
+     ["slurm.partition: must be a single line"]),
+    ("kind: slurm\nslurm:\n  extra_sbatch:\n    nodes: '9'\n", ["slurm.extra_sbatch.nodes: set by launch from nodes"]),
+    ("kind: slurm\nslurm:\n  extra_sbatch:\n    \"mail-type=ALL --wrap=id\": x\n",
+     ["not an sbatch long option name"]),
+    ("kind: slurm\nslurm:\n  extra_sbatch:\n    comment: \"x\\nid\"\n",
+     ["slurm.extra_sbatch.comment: must be a single line"]),
+    ("kind: slurm\nnodes: 3000000\nslurm: {}\n", ["nodes: must be between 1 and 10000, got 3000000"]),
 ]
 
 
@@ -97,6 +112,37 @@ def test_bad_profile_is_one_line_naming_file_and_key(write_profile, capsys, text
     assert str(path) in error
     for fragment in expected:
         assert fragment in error
+
+
+def test_a_mistake_in_an_extended_file_is_blamed_on_that_file(write_profile, capsys) -> None:  # type: ignore[no-untyped-def]
+    base = write_profile("kind: local\ncolour: red\n", name="base.yaml")
+    child = write_profile("extends: base.yaml\n", name="child.yaml")
+    assert main(["profiles", str(child)]) == 2
+    error = capsys.readouterr().err
+    assert f"{base}: colour: unknown key" in error and str(child) not in error
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"kind: local\ndescription: caf\xe9\n")
+    assert main(["profiles", str(path)]) == 2
+    assert f"{path}: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_a_folder_or_a_bundled_name_with_yaml_suffix_is_explained(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["profiles", str(tmp_path) + "/"]) == 2
+    assert "is a folder, not a profile file" in capsys.readouterr().err
+    assert main(["profiles", "local-cpu.yaml"]) == 2
+    assert "did you mean the bundled profile 'local-cpu'?" in capsys.readouterr().err
+
+
+def test_profiles_command_prints_a_user_profile_resolved(write_profile) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile("extends: slurm-2x4\nslurm:\n  partition: a100\n", name="site.yaml")
+    shown = run_cli("profiles", str(path))
+    assert shown.returncode == 0, shown.stderr
+    resolved = yaml.safe_load(shown.stdout)
+    assert resolved["name"] == "site" and resolved["slurm"]["partition"] == "a100"
+    assert resolved["slurm"]["gpus_per_node"] == 4 and "extends" not in resolved
 
 
 def test_extends_cycle_is_reported(write_profile) -> None:  # type: ignore[no-untyped-def]

@@ -22,10 +22,13 @@ def test_defaults_are_not_repeated_on_the_command_line() -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--epochs", "0"], "invalid positive integer value: '0'"),
-    (["--lr", "-1"], "invalid positive number value"),
+    (["--lr", "-1"], "invalid positive finite number value"),
     (["--dataset", "cifar"], "invalid choice: 'cifar'"),
     (["--batch", "8"], "did you mean '--batch-size'?"),
     (["--seed"], "expected one argument"),
+    (["--seed", "-1"], "invalid seed"),
+    (["--lr", "inf"], "invalid positive finite number value"),
+    (["--data-dir", "/d"], "--data-dir applies to --dataset mnist only"),
 ])
 def test_bad_arguments_name_the_argument(argv: list[str], message: str) -> None:
     with pytest.raises(TrainArgsError, match=message.replace("?", r"\?").replace("(", r"\(")):

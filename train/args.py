@@ -11,7 +11,8 @@ DEVICES = ("auto", "cpu", "cuda", "xla")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "xla")
 
 # Set by the launcher from the profile and the run folder; a user passing them after `--` is told so.
-LAUNCHER_OWNED = ("--run-dir", "--device", "--dist-backend")
+LAUNCHER_OWNED = ("--run-dir", "--device", "--dist-backend", "--profile-name")
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are 32-bit here
 
 
 class TrainArgsError(ValueError):
@@ -33,6 +34,7 @@ class TrainArgs:
     run_dir: str | None = None
     device: str = "auto"
     dist_backend: str = "auto"
+    profile_name: str | None = None
 
     def to_argv(self) -> tuple[str, ...]:
         """The canonical command-line form: every field that differs from its default, in field order."""
@@ -57,13 +59,26 @@ def _positive_int(text: str) -> int:
 
 def _positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0:
+    if not 0 < value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= MAX_SEED:
         raise ValueError(text)
     return value
 
 
 _positive_int.__name__ = "positive integer"  # argparse names the type in its error message
-_positive_float.__name__ = "positive number"
+_positive_float.__name__ = "positive finite number"
+_seed.__name__ = f"seed (0 to {MAX_SEED})"
+
+
+def default_dist_backend(device_type: str) -> str:
+    """The usual torch.distributed backend for a device: NCCL between GPUs, gloo on CPUs, XLA's own on TPUs."""
+    return {"cuda": "nccl", "cpu": "gloo", "xla": "xla"}[device_type]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,11 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=_positive_float)
     parser.add_argument("--dataset", choices=DATASETS)
     parser.add_argument("--data-dir")
-    parser.add_argument("--seed", type=int)
+    parser.add_argument("--seed", type=_seed)
     parser.add_argument("--log-every", type=_positive_int)
     parser.add_argument("--run-dir")
     parser.add_argument("--device", choices=DEVICES)
     parser.add_argument("--dist-backend", choices=DIST_BACKENDS)
+    parser.add_argument("--profile-name")
     return parser
 
 
@@ -95,4 +111,7 @@ def parse_train_args(argv: list[str] | tuple[str, ...]) -> TrainArgs:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise TrainArgsError(f"unrecognised argument {unknown[0]!r}{hint} allowed: {', '.join(known)}")
     given = {key: value for key, value in vars(namespace).items() if value is not None}
-    return TrainArgs(**given)
+    args = TrainArgs(**given)
+    if args.data_dir is not None and args.dataset != "mnist":
+        raise TrainArgsError("--data-dir applies to --dataset mnist only")
+    return args

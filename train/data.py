@@ -41,7 +41,8 @@ def to_dataset(images: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndar
 
 def load_datasets(name: str, data_dir: str | None, seed: int, *, is_first: bool,
                   barrier: Callable[[], None]) -> Datasets:
-    """The train and held-out sets; ``is_first``/``barrier`` let one process download for all."""
+    """The train and held-out sets; ``is_first``/``barrier`` let one process (global rank 0, which suits a
+    shared file system) download for all."""
     if name == "synthetic":
         images, labels = make_digits(SYNTHETIC_TRAIN + SYNTHETIC_TEST, seed)
         cut = SYNTHETIC_TRAIN
@@ -58,10 +59,9 @@ def load_mnist(data_dir: Path, *, is_first: bool, barrier: Callable[[], None]) -
     With all four files: the standard 60,000/10,000 split. With only the t10k files: 8,000/2,000 of them.
     With none: torchvision downloads into ``data_dir`` (first process only) where the network allows.
     """
-    if _find(data_dir, "t10k") is None:
-        if is_first:
-            _download(data_dir)
-        barrier()
+    if is_first and _find(data_dir, "t10k") is None:
+        _download(data_dir)
+    barrier()  # every process, always: the others wait for the first one's download
     test = _find(data_dir, "t10k")
     if test is None:
         raise DataError(f"MNIST files not found under {data_dir} after download")

@@ -19,9 +19,10 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from train.args import TrainArgs, parse_train_args
+from train.args import TrainArgs, default_dist_backend, parse_train_args
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, log_to_file, rank_log_path
+from train.dist_env import DistEnv, log_to_file
+from train.layout import rank_log_path
 from train.model import Net, build_optimizer
 from train.reporting import Reporter, parameter_digest, record_failure
 
@@ -68,11 +69,10 @@ def evaluate(model: torch.nn.Module, data: Datasets, args: TrainArgs, env: DistE
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
     device = resolve_device(args.device, env.local_rank)
     if env.launched:
-        backend = args.dist_backend if args.dist_backend != "auto" else (
-            "nccl" if device.type == "cuda" else "gloo")
+        backend = args.dist_backend if args.dist_backend != "auto" else default_dist_backend(device.type)
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
     barrier = dist.barrier if env.launched else (lambda: None)
-    data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.local_rank == 0, barrier=barrier)
+    data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=barrier)
     reporter.say(f"ddp: world size {env.world_size} on {env.num_nodes} node(s), device {device}, "
                  f"data: {data.description}")
 
@@ -123,7 +123,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     else:
         digests = [digest]
     global_samples = _all_sum([float(samples)], env, device)[0]
-    return {"strategy": STRATEGY, "world_size": env.world_size, "num_nodes": env.num_nodes, "epochs": epochs,
+    return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": env.world_size, "num_nodes": env.num_nodes, "epochs": epochs,
             "steps": step, "train_loss": loss_total / batch_total, "eval_loss": eval_loss,
             "eval_accuracy": eval_accuracy, "samples_per_second": global_samples / train_seconds,
             "dataset": data.description, "device": str(device.type), "batch_size": args.batch_size,
@@ -136,20 +136,22 @@ def main(argv: list[str] | None = None) -> int:
     env = DistEnv.from_environ()
     if args.run_dir:
         log_to_file(rank_log_path(args.run_dir, env.rank), echo=env.is_main)
-    print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
-          f"{socket.gethostname()}, pid {os.getpid()}", flush=True)
+    if args.run_dir or env.is_main:  # each rank's own log; only rank 0's reaches the terminal
+        print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
+              f"{socket.gethostname()}, pid {os.getpid()}", flush=True)
     reporter = Reporter(args.run_dir, is_main=env.is_main)
     try:
         result = train(args, env, reporter)
     except Exception as error:
         record_failure(args.run_dir, env.rank, error)
         raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
     if env.is_main:
         result = reporter.finish(**result)
         reporter.say(f"done: eval accuracy {result['eval_accuracy']:.2%} after {result['steps']} steps "
                      f"in {result['wall_seconds']:.1f} s")
-    if env.launched:
-        dist.destroy_process_group()
     return 0
 
 

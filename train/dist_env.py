@@ -38,11 +38,6 @@ class DistEnv:
                    launched="RANK" in env and "WORLD_SIZE" in env)
 
 
-def rank_log_path(run_dir: str | Path, rank: int) -> Path:
-    """Where each rank's complete log lives inside a run folder."""
-    return Path(run_dir) / "logs" / f"rank-{rank}.log"
-
-
 def log_to_file(path: Path, *, echo: bool) -> None:
     """Send this process's stdout and stderr (Python's and native code's) to ``path``; with ``echo``, also to
     the console it had. Every rank keeps a complete log; only the main rank's reaches the terminal."""

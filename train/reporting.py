@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
 import time
 from pathlib import Path
@@ -12,8 +11,8 @@ from typing import Any
 
 import torch
 
-RESULT = "result.json"
-METRICS = "metrics.jsonl"
+from train.layout import METRICS, RESULT, failure_path, write_json_atomic
+
 
 
 class Reporter:
@@ -35,17 +34,10 @@ class Reporter:
 
     def finish(self, **result: Any) -> dict[str, Any]:
         """Write result.json (atomically) with the wall time since start; return what was written."""
-        result = {**result, "wall_seconds": round(time.perf_counter() - self.started, 3),
-                  "profile": os.environ.get("LAUNCH_PROFILE", "")}
+        result = {**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}
         if self.run_dir is not None:
-            temporary = self.run_dir / (RESULT + ".tmp")
-            temporary.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            temporary.replace(self.run_dir / RESULT)
+            write_json_atomic(self.run_dir / RESULT, result)
         return result
-
-
-def failure_path(run_dir: str | Path, rank: int) -> Path:
-    return Path(run_dir) / "logs" / f"rank-{rank}.failure.json"
 
 
 def record_failure(run_dir: str | None, rank: int, error: BaseException) -> None:

@@ -24,6 +24,9 @@ def preflight(profile: Profile) -> None:
     if profile.device != "cuda":
         return
     found = cuda_device_count()
+    visible = profile.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:  # the workers will see only these (of the ones this process sees)
+        found = min(found, len([device for device in visible.split(",") if device.strip()]))
     if found < profile.procs_per_node:
         raise SubmitError(f"{profile.source}: profile {profile.name} needs {profile.procs_per_node} CUDA "
                           f"devices, this machine has {found}",
@@ -42,24 +45,38 @@ class LocalRun:
     launcher_pid: int
 
 
-def run_foreground(run_dir: Path, node: NodeCommand) -> int:
-    """Run the node's command to its end (forwarding Ctrl-C and SIGTERM); return its exit status."""
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    exit_code: int
+    cancelled: bool
+
+
+def run_foreground(run_dir: Path, node: NodeCommand) -> Outcome:
+    """Run the node's command to its end, stopping it on Ctrl-C or SIGTERM; record and return how it ended."""
     env = {**os.environ, **dict(node.env)}
-    process = subprocess.Popen(shell.resolve(node.argv, env), cwd=node.cwd, env=env,
-                               start_new_session=True)
-    _write_state(run_dir, status="running", launcher_pid=os.getpid(), job_pid=process.pid)
+    me = {"launcher_pid": os.getpid(), "launcher_started": _start_ticks(os.getpid())}
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        status = process.wait()
-    except KeyboardInterrupt:
-        status = _stop(process)
-        _write_state(run_dir, status="cancelled", launcher_pid=os.getpid(), exit_code=status)
-        return status
+        process = subprocess.Popen(shell.resolve(node.argv, env), cwd=node.cwd, env=env,
+                                   start_new_session=True)
+        _write_state(run_dir, status="running", job_pid=process.pid, **me)
+        try:
+            outcome = Outcome(exit_code=process.wait(), cancelled=False)
+        except KeyboardInterrupt:
+            outcome = Outcome(exit_code=_stop(process), cancelled=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _write_state(run_dir, status="finished" if status == 0 else "failed", launcher_pid=os.getpid(),
-                 exit_code=status)
-    return status
+    status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
+    _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
+    return outcome
+
+
+def current_status(run_dir: Path) -> dict[str, object]:
+    """The run's recorded state, with 'running' checked against the launcher process really being there."""
+    state: dict[str, object] = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
+    if state.get("status") == "running" and not _launcher_alive(state):
+        state = {**state, "status": "lost (its launcher process is gone)"}
+    return state
 
 
 def start_detached(plan: LaunchPlan) -> LocalRun:
@@ -78,15 +95,29 @@ def start_detached(plan: LaunchPlan) -> LocalRun:
 
 def cancel(run_dir: Path) -> bool:
     """Ask a run's launcher to stop its job; False when it is not running."""
-    state = runs.read_json(run_dir / runs.STATE) or {}
-    pid = state.get("launcher_pid")
-    if state.get("status") != "running" or not isinstance(pid, int):
+    state = current_status(run_dir)
+    if state.get("status") != "running":
         return False
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(int(state["launcher_pid"]), signal.SIGTERM)  # type: ignore[call-overload]
     except ProcessLookupError:
         return False
     return True
+
+
+def _launcher_alive(state: dict[str, object]) -> bool:
+    """The recorded launcher still runs: same pid and same start time (a reused pid is someone else)."""
+    pid, started = state.get("launcher_pid"), state.get("launcher_started")
+    return isinstance(pid, int) and started is not None and _start_ticks(pid) == started
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (Linux /proc); None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _single_node(plan: LaunchPlan) -> NodeCommand:
@@ -128,7 +159,7 @@ def _node_from_json(data: dict[str, object]) -> NodeCommand:
 
 def _detached_main(run_dir: str) -> int:
     node = _node_from_json(json.loads(sys.stdin.read()))
-    return run_foreground(Path(run_dir), node)
+    return run_foreground(Path(run_dir), node).exit_code
 
 
 if __name__ == "__main__":
