@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -66,68 +67,94 @@ def evaluate(model: torch.nn.Module, data: Datasets, args: TrainArgs, env: DistE
     return loss_sum / count, correct / count
 
 
-def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
+@dataclass
+class _Progress:
+    """Counters of one process's training so far."""
+
+    total_steps: int
+    step: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+
+
+def _start(args: TrainArgs, env: DistEnv) -> torch.device:
+    """This process's device, and the process group when a launcher started several of us."""
     device = resolve_device(args.device, env.local_rank)
     if env.launched:
         backend = args.dist_backend if args.dist_backend != "auto" else default_dist_backend(device.type)
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    return device
+
+
+def _train_epoch(epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
+                 progress: _Progress, env: DistEnv, device: torch.device, args: TrainArgs,
+                 reporter: Reporter) -> float:
+    """One pass over this rank's shard (or up to the step limit); returns the mean loss across ranks."""
+    model.train()
+    loss_sum, batches, tick = 0.0, 0, time.perf_counter()
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        loss = F.nll_loss(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        progress.step, progress.samples = progress.step + 1, progress.samples + len(labels)
+        loss_sum, batches = loss_sum + loss.item(), batches + 1
+        if progress.step % args.log_every == 0 or progress.step == progress.total_steps:
+            mean_loss = _all_sum([loss.item()], env, device)[0] / env.world_size
+            rate = progress.samples * env.world_size / (progress.seconds + time.perf_counter() - tick)
+            reporter.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
+                         f"{rate:.0f} samples/s")
+            reporter.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss,
+                            samples_per_second=rate)
+        if progress.step >= progress.total_steps:
+            break
+    progress.seconds += time.perf_counter() - tick
+    loss_total, batch_total = _all_sum([loss_sum, float(batches)], env, device)
+    return loss_total / batch_total
+
+
+def _all_digests(model: torch.nn.Module, env: DistEnv) -> list[str]:
+    """Every rank's parameter digest, in rank order (equal digests: replicas in sync)."""
+    digest = parameter_digest(model)
+    if not env.launched:
+        return [digest]
+    digests: list[str] = [""] * env.world_size
+    dist.all_gather_object(digests, digest)
+    return digests
+
+
+def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
+    device = _start(args, env)
     barrier = dist.barrier if env.launched else (lambda: None)
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=barrier)
     reporter.say(f"ddp: world size {env.world_size} on {env.num_nodes} node(s), device {device}, "
                  f"data: {data.description}")
-
     torch.manual_seed(args.seed)
-    model: torch.nn.Module = Net().to(device)
-    if env.launched:
-        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    net = Net().to(device)
+    model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) \
+        if env.launched else net
     optimizer = build_optimizer(model.parameters(), args.lr)
     sampler = DistributedSampler(data.train, num_replicas=env.world_size, rank=env.rank, shuffle=True,
                                  seed=args.seed)
     loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler)
-    total_steps = args.max_steps or args.epochs * len(loader)
-    epochs = math.ceil(total_steps / len(loader))
-
-    step, train_seconds, samples = 0, 0.0, 0
+    progress = _Progress(total_steps=args.max_steps or args.epochs * len(loader))
+    epochs = math.ceil(progress.total_steps / len(loader))
     for epoch in range(1, epochs + 1):
         sampler.set_epoch(epoch)
-        model.train()
-        epoch_loss, epoch_batches, tick = 0.0, 0, time.perf_counter()
-        for images, labels in loader:
-            images, labels = images.to(device), labels.to(device)
-            loss = F.nll_loss(model(images), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            epoch_loss, epoch_batches, samples = epoch_loss + loss.item(), epoch_batches + 1, samples + len(labels)
-            if step % args.log_every == 0 or step == total_steps:
-                mean_loss = _all_sum([loss.item()], env, device)[0] / env.world_size
-                rate = samples * env.world_size / (train_seconds + time.perf_counter() - tick)
-                reporter.say(f"epoch {epoch} step {step}/{total_steps} loss {mean_loss:.4f} "
-                             f"{rate:.0f} samples/s")
-                reporter.record(kind="train", epoch=epoch, step=step, loss=mean_loss, samples_per_second=rate)
-            if step >= total_steps:
-                break
-        train_seconds += time.perf_counter() - tick
-        loss_total, batch_total = _all_sum([epoch_loss, float(epoch_batches)], env, device)
+        train_loss = _train_epoch(epoch, model, optimizer, loader, progress, env, device, args, reporter)
         eval_loss, eval_accuracy = evaluate(model, data, args, env, device)
-        reporter.say(f"epoch {epoch} done: train loss {loss_total / batch_total:.4f}, eval loss "
-                     f"{eval_loss:.4f}, eval accuracy {eval_accuracy:.2%}")
-        reporter.record(kind="eval", epoch=epoch, step=step, train_loss=loss_total / batch_total,
+        reporter.say(f"epoch {epoch} done: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}, "
+                     f"eval accuracy {eval_accuracy:.2%}")
+        reporter.record(kind="eval", epoch=epoch, step=progress.step, train_loss=train_loss,
                         eval_loss=eval_loss, eval_accuracy=eval_accuracy)
-
-    digest = parameter_digest(model.module if env.launched else model)
-    digests: list[str | None] = [None] * env.world_size
-    if env.launched:
-        dist.all_gather_object(digests, digest)
-    else:
-        digests = [digest]
-    global_samples = _all_sum([float(samples)], env, device)[0]
-    return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": env.world_size, "num_nodes": env.num_nodes, "epochs": epochs,
-            "steps": step, "train_loss": loss_total / batch_total, "eval_loss": eval_loss,
-            "eval_accuracy": eval_accuracy, "samples_per_second": global_samples / train_seconds,
-            "dataset": data.description, "device": str(device.type), "batch_size": args.batch_size,
-            "lr": args.lr, "seed": args.seed, "param_digests": digests}
+    global_samples = _all_sum([float(progress.samples)], env, device)[0]
+    return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": env.world_size,
+            "num_nodes": env.num_nodes, "epochs": epochs, "steps": progress.step, "train_loss": train_loss,
+            "eval_loss": eval_loss, "eval_accuracy": eval_accuracy,
+            "samples_per_second": global_samples / progress.seconds, "dataset": data.description,
+            "device": device.type, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
+            "param_digests": _all_digests(net, env)}
 
 
 @record
