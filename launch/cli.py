@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                                       "[--run-dir D]" + (" [--detach]" if name == "submit" else "")
                                       + " [-- TRAIN_ARGS]")
         command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
-        command.add_argument("--strategy", required=True, help=", ".join(STRATEGIES))
+        command.add_argument("--strategy", required=True, help="; ".join(
+            f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()))
         command.add_argument("--run-dir", help="run folder (default: a new one under runs/)")
         if name == "submit":
             command.add_argument("--detach", action="store_true", help="start in the background and return")
@@ -81,8 +82,13 @@ def _profiles(args: argparse.Namespace, _: list[str]) -> int:
         raise LaunchError("no bundled profiles found", "reinstall launch; profile files can still be given by path")
     width = max(map(len, names))
     for name in names:
-        print(f"{name:<{width}}  {load_profile(name).description}")
+        print(f"{name:<{width}}  {_first_line(load_profile(name).description)}")
     return 0
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _plan(args: argparse.Namespace, train_argv: list[str], *, for_submit: bool) -> LaunchPlan:
@@ -95,7 +101,9 @@ def _plan(args: argparse.Namespace, train_argv: list[str], *, for_submit: bool) 
         train_args = parse_train_args(train_argv)
     except TrainArgsError as error:
         raise LaunchError(f"TRAIN_ARGS: {error}") from None
-    if args.run_dir:
+    if args.run_dir is not None:
+        if not args.run_dir or any(ord(ch) < 32 or ch == "\x7f" for ch in args.run_dir):
+            raise LaunchError(f"--run-dir {args.run_dir!r}: must be a non-empty path without control characters")
         run_dir = Path(args.run_dir)
     elif for_submit:
         run_dir = runs.default_run_dir(Path("runs"), profile.name, args.strategy, datetime.now())
@@ -121,11 +129,11 @@ def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
     run_dir = runs.prepare_run_dir(plan, render_text(plan))
     print(f"run dir: {run_dir}", flush=True)
     if args.detach:
-        started = local.start_detached(plan)
-        print(f"started in the background (launcher pid {started.launcher_pid}); follow it with: "
+        launcher_pid = local.start_detached(plan)
+        print(f"started in the background (launcher pid {launcher_pid}); follow it with: "
               f"python -m launch logs {run_dir} --follow")
         return 0
-    outcome = local.run_foreground(run_dir, plan.nodes[0])
+    outcome = local.run(plan)
     if outcome.cancelled:
         raise WorkerFailure(f"the job was cancelled; rank logs: {run_dir / runs.LOGS}", exit_status=130)
     if outcome.exit_code != 0:

@@ -45,6 +45,7 @@ class LaunchPlan:
     run_dir: str
     nodes: tuple[NodeCommand, ...]
     files: tuple[PlanFile, ...] = ()
+    submit_argv: tuple[str, ...] = ()  # how the backend hands the files to a scheduler, if it does
 
     @property
     def world_size(self) -> int:
@@ -71,8 +72,9 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     if profile.kind == "slurm":
         script = sbatch.render_script(plan.profile, plan.nodes[0], job_name=f"{profile.name}-{strategy}",
                                       run_dir=run_dir)
-        plan = replace(plan, files=(PlanFile(path=str(PurePath(run_dir, "job.sbatch")), text=script,
-                                             executable=True),))
+        script_path = str(PurePath(run_dir, "job.sbatch"))
+        plan = replace(plan, files=(PlanFile(path=script_path, text=script, executable=True),),
+                       submit_argv=("sbatch", "--parsable", script_path))
     return plan
 
 

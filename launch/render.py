@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from itertools import groupby
 
 from launch import shell
@@ -26,4 +27,6 @@ def render_text(plan: LaunchPlan) -> str:
         out += ["  command:", f"    {shell.join(node.argv)}"]
     for file in plan.files:
         out += ["", f"file {file.path}:"] + [f"  {line}" for line in file.text.splitlines()]
+    if plan.submit_argv:
+        out += ["", f"submitted with: {shlex.join(plan.submit_argv)}"]
     return "\n".join(out) + "\n"

@@ -6,6 +6,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from launch import shell
+from launch.errors import LaunchError
 from launch.profile import Profile
 from launch.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.secrets import looks_secret
@@ -13,13 +14,26 @@ from launch.secrets import looks_secret
 if TYPE_CHECKING:
     from launch.plan import NodeCommand
 
-# sbatch options launch writes itself, with the profile key each comes from.
+# sbatch options launch writes itself or that would contradict what it writes, with where each comes from.
 MANAGED_OPTIONS = {"job-name": "the profile and strategy names", "nodes": "nodes",
-                   "ntasks-per-node": "one task per node", "time": "slurm.time_min", "output": "the run folder",
+                   "ntasks-per-node": "one task per node", "ntasks": "nodes (one task per node)",
+                   "time": "slurm.time_min", "output": "the run folder", "error": "the run folder",
+                   "chdir": "the folder you submit from", "export": "the profile's env (all is exported)",
                    "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
-                   "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem_gb",
-                   "gpus-per-node": "slurm.gpus_per_node", "constraint": "slurm.constraint",
+                   "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem_gb", "mem-per-cpu": "slurm.mem_gb",
+                   "mem-per-gpu": "slurm.mem_gb", "gpus-per-node": "slurm.gpus_per_node",
+                   "gpus": "slurm.gpus_per_node", "gres": "slurm.gpus_per_node",
+                   "gpus-per-task": "slurm.gpus_per_node", "constraint": "slurm.constraint",
                    "exclusive": "slurm.exclusive"}
+_UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
+
+
+def managed_option(option: str) -> str | None:
+    """Where launch takes ``option`` from, if it manages it; sbatch also accepts unambiguous prefixes."""
+    for name, source in MANAGED_OPTIONS.items():
+        if name == option or name.startswith(option):
+            return source
+    return None
 
 
 def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tuple[str, str | None]]:
@@ -29,9 +43,12 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
         raise ValueError(f"profile {profile.name} has no slurm section")
     gpus = slurm.gpus_per_node if slurm.gpus_per_node is not None else (
         profile.procs_per_node if profile.device == "cuda" else None)
+    if _UNSAFE_IN_DIRECTIVES & set(run_dir):
+        raise LaunchError(f"--run-dir {run_dir}: a SLURM run folder cannot hold spaces, quotes, '\\' or '%' "
+                          "(sbatch reads it from #SBATCH lines)")
     options: list[tuple[str, str | None]] = [
         ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
-        ("time", str(slurm.time_min)), ("output", f"{run_dir}/logs/slurm-%j-node%n.out")]
+        ("time", str(slurm.time_min)), ("output", f"{run_dir}/logs/slurm-%j.out")]
     optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
                 "cpus-per-task": _times(slurm.cpus_per_task, profile.procs_per_node),
                 "mem": f"{slurm.mem_gb}G" if slurm.mem_gb else None,
@@ -60,16 +77,18 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the batch job: hand it on.
         lines.append('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
     lines += [
-        "# The head node (first host of the allocation) hosts the rendezvous.",
-        f'export MASTER_ADDR="$(scontrol show hostnames "${SLURM_NODE_LIST}" | head -n 1)"',
-        f"export MASTER_PORT={port if port is not None else port_for_job_shell()}",
+        "# The head node (first host of the allocation) hosts the rendezvous; fail here, not in a hung rendezvous.",
+        f'MASTER_ADDR="$(scontrol show hostnames "${SLURM_NODE_LIST}" | head -n 1)"',
+        'if [ -z "$MASTER_ADDR" ]; then echo "launch: no head node in $SLURM_JOB_NODELIST" >&2; exit 1; fi',
+        f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
     ]
     for name, value in node.env:
-        if looks_secret(name):  # never written to disk: sbatch passes it on from the submitting environment
-            lines.append(f': "${{{name}:?{name} must be set in the environment sbatch is run from}}"')
+        if looks_secret(name):  # never on disk: `launch submit` hands it to sbatch through the environment
+            lines.append(f': "${{{name}:?{name} must be in the environment sbatch runs in}}"')
         else:
             lines.append(f"export {name}={shlex.quote(value)}")
+    srun = ["srun", "--kill-on-bad-exit=1", f"--output={run_dir}/logs/node-%n.out"]
     lines += [f"cd {shlex.quote(node.cwd)}",
               "# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
-              f"srun --kill-on-bad-exit=1 bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]
+              f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]
     return "\n".join(lines) + "\n"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Whole words of a variable's name (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY), not parts of words
+# (TOKENIZERS_PARALLELISM, MONKEY_PATCH).
+_SECRET_WORDS = {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "APIKEY",
+                 "AUTH"}
 MASK = "****"
 
 
 def looks_secret(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    return any(word in _SECRET_WORDS for word in re.split(r"[^A-Z0-9]+", name.upper()))
 
 
 def mask(name: str, value: str) -> str:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from launch import shell
+from launch.errors import LaunchError
+from launch.secrets import looks_secret
 from launch.plan import build_plan
 from launch.profile_loader import load_profile
 from launch.render import render_text
@@ -113,6 +115,18 @@ def test_sbatch_script_sets_the_rendezvous_from_the_job(tmp_path: Path) -> None:
                                  "SLURM_JOB_NODELIST": "n[3-4]", "SLURM_JOB_ID": "4242",
                                  "SLURM_CPUS_PER_TASK": "2"})
     assert result.stdout.split() == ["n3", str(port_for_job(4242))], result.stderr
+    (fake_bin / "scontrol").write_text("#!/bin/bash\nexit 1\n")  # a controller that does not answer
+    failed = subprocess.run(["bash", "-c", prologue], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}",
+                                 "SLURM_JOB_NODELIST": "n[3-4]", "SLURM_JOB_ID": "1", "SLURM_CPUS_PER_TASK": "2"})
+    assert failed.returncode != 0 and failed.stdout == "", "the script must stop before srun without a head node"
+
+
+def test_slurm_run_dirs_that_sbatch_directives_cannot_hold_are_refused() -> None:
+    with pytest.raises(LaunchError, match="cannot hold spaces"):
+        plan_for("slurm-local-2x2", run_dir="/my runs/r1")
+    with pytest.raises(LaunchError, match="cannot hold"):
+        plan_for("slurm-local-2x2", run_dir="/runs/100%")
 
 
 def test_secrets_are_never_written_into_the_sbatch_script(write_profile) -> None:  # type: ignore[no-untyped-def]
@@ -121,6 +135,13 @@ def test_secrets_are_never_written_into_the_sbatch_script(write_profile) -> None
     (script,) = plan.files
     assert "hunter2" not in script.text and "HF_TOKEN" in script.text
     assert dict(plan.nodes[0].env)["HF_TOKEN"] == "hunter2", "the worker still gets it, through the environment"
+
+
+@pytest.mark.parametrize(("name", "secret"), [("HF_TOKEN", True), ("WANDB_API_KEY", True), ("db_password", True),
+                                              ("AWS_SECRET_ACCESS_KEY", True), ("TOKENIZERS_PARALLELISM", False),
+                                              ("MONKEY_PATCH", False), ("NCCL_DEBUG", False)])
+def test_secret_names_are_whole_words(name: str, secret: bool) -> None:
+    assert looks_secret(name) is secret
 
 
 def test_port_formula_agrees_with_its_shell_form() -> None:
@@ -149,6 +170,7 @@ def test_render_shows_every_node_command_env_and_script(tmp_path: Path) -> None:
     assert "nodes 0-1 (one SLURM task per node)" in text and "OMP_NUM_THREADS=1" in text
     assert f"file {run_dir}/job.sbatch:" in text and '--node_rank "$SLURM_NODEID"' in text
     assert "--max-steps 5" in text
+    assert f"submitted with: sbatch --parsable {run_dir}/job.sbatch" in text
     assert not run_dir.exists(), "render must not create the run folder"
 
 

@@ -97,6 +97,9 @@ BAD_PROFILES = [
      ["not an sbatch long option name"]),
     ("kind: slurm\nslurm:\n  extra_sbatch:\n    comment: \"x\\nid\"\n",
      ["slurm.extra_sbatch.comment: must be a single line"]),
+    ("kind: slurm\nslurm:\n  extra_sbatch:\n    partitio: debug\n",
+     ["slurm.extra_sbatch.partitio: set by launch from slurm.partition"]),
+    ("kind: slurm\nslurm:\n  extra_sbatch:\n    gres: gpu:4\n", ["slurm.extra_sbatch.gres: set by launch"]),
     ("kind: slurm\nnodes: 3000000\nslurm: {}\n", ["nodes: must be between 1 and 10000, got 3000000"]),
 ]
 

@@ -106,7 +106,7 @@ def parse_train_args(argv: list[str] | tuple[str, ...]) -> TrainArgs:
     except argparse.ArgumentError as error:
         raise TrainArgsError(str(error)) from None
     if unknown:
-        known = [_flag(f.name) for f in fields(TrainArgs)]
+        known = [_flag(f.name) for f in fields(TrainArgs) if _flag(f.name) not in LAUNCHER_OWNED]
         close = difflib.get_close_matches(unknown[0].split("=")[0], known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise TrainArgsError(f"unrecognised argument {unknown[0]!r}{hint} allowed: {', '.join(known)}")

@@ -7,8 +7,6 @@ the optimizer on the DDP model's parameters, evaluation reduced across ranks, pr
 from __future__ import annotations
 
 import math
-import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -20,12 +18,12 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from train.args import TrainArgs, default_dist_backend, parse_train_args
+from train.args import TrainArgs, default_dist_backend
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, log_to_file
-from train.layout import rank_log_path
+from train.dist_env import DistEnv
+from train.entry import run_entrypoint
 from train.model import Net, build_optimizer
-from train.reporting import Reporter, parameter_digest, record_failure
+from train.reporting import Reporter, parameter_digest
 
 STRATEGY = "ddp"
 
@@ -126,6 +124,14 @@ def _all_digests(model: torch.nn.Module, env: DistEnv) -> list[str]:
 
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
     device = _start(args, env)
+    try:
+        return _train(args, env, reporter, device)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.device) -> dict[str, object]:
     barrier = dist.barrier if env.launched else (lambda: None)
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=barrier)
     reporter.say(f"ddp: world size {env.world_size} on {env.num_nodes} node(s), device {device}, "
@@ -159,27 +165,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
 
 @record
 def main(argv: list[str] | None = None) -> int:
-    args = parse_train_args(sys.argv[1:] if argv is None else argv)
-    env = DistEnv.from_environ()
-    if args.run_dir:
-        log_to_file(rank_log_path(args.run_dir, env.rank), echo=env.is_main)
-    if args.run_dir or env.is_main:  # each rank's own log; only rank 0's reaches the terminal
-        print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
-              f"{socket.gethostname()}, pid {os.getpid()}", flush=True)
-    reporter = Reporter(args.run_dir, is_main=env.is_main)
-    try:
-        result = train(args, env, reporter)
-    except Exception as error:
-        record_failure(args.run_dir, env.rank, error)
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    if env.is_main:
-        result = reporter.finish(**result)
-        reporter.say(f"done: eval accuracy {result['eval_accuracy']:.2%} after {result['steps']} steps "
-                     f"in {result['wall_seconds']:.1f} s")
-    return 0
+    return run_entrypoint(train, argv)
 
 
 if __name__ == "__main__":

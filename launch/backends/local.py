@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from launch.plan import LaunchPlan, NodeCommand
 from launch.profile import Profile
 
 STOP_GRACE_S = 20.0
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # cancel, and a closed terminal or ssh session
 
 
 def preflight(profile: Profile) -> None:
@@ -40,90 +42,107 @@ def cuda_device_count() -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LocalRun:
-    run_dir: Path
-    launcher_pid: int
-
-
-@dataclass(frozen=True, kw_only=True)
 class Outcome:
-    exit_code: int
+    exit_code: int  # a job killed by signal N reads 128 + N, as in a shell
     cancelled: bool
 
 
-def run_foreground(run_dir: Path, node: NodeCommand) -> Outcome:
-    """Run the node's command to its end, stopping it on Ctrl-C or SIGTERM; record and return how it ended."""
+def run(plan: LaunchPlan) -> Outcome:
+    """Run the plan's node in the foreground; see ``run_node``."""
+    return run_node(Path(plan.run_dir), _single_node(plan))
+
+
+def run_node(run_dir: Path, node: NodeCommand) -> Outcome:
+    """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP; record how it ended."""
     env = {**os.environ, **dict(node.env)}
-    me = {"launcher_pid": os.getpid(), "launcher_started": _start_ticks(os.getpid())}
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    me = {"launcher_pid": os.getpid(), "launcher_started": process_started(os.getpid())}
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
     try:
         process = subprocess.Popen(shell.resolve(node.argv, env), cwd=node.cwd, env=env,
-                                   start_new_session=True)
-        _write_state(run_dir, status="running", job_pid=process.pid, **me)
+                                   start_new_session=True, preexec_fn=_die_with_parent)
+        _write_state(run_dir, status="running", job_pid=process.pid, job_started=process_started(process.pid),
+                     **me)
         try:
-            outcome = Outcome(exit_code=process.wait(), cancelled=False)
+            outcome = Outcome(exit_code=_shell_status(process.wait()), cancelled=False)
         except KeyboardInterrupt:
-            outcome = Outcome(exit_code=_stop(process), cancelled=True)
+            outcome = Outcome(exit_code=_shell_status(_stop(process)), cancelled=True)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     return outcome
 
 
-def current_status(run_dir: Path) -> dict[str, object]:
-    """The run's recorded state, with 'running' checked against the launcher process really being there."""
-    state: dict[str, object] = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
-    if state.get("status") == "running" and not _launcher_alive(state):
-        state = {**state, "status": "lost (its launcher process is gone)"}
-    return state
+def start_detached(plan: LaunchPlan) -> int:
+    """Start a launcher process in its own session that runs the plan's node; return its pid.
 
-
-def start_detached(plan: LaunchPlan) -> LocalRun:
-    """Start a launcher process in its own session that runs the plan's node; the plan travels on stdin."""
+    The node travels on the launcher's stdin, so no value of it (secrets included) is written to disk.
+    """
     run_dir = Path(plan.run_dir)
     node = _single_node(plan)
     with open(run_dir / "launcher.log", "ab") as log:
         launcher = subprocess.Popen([sys.executable, "-m", "launch.backends.local", str(run_dir)],
                                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     cwd=node.cwd, start_new_session=True)
-    assert launcher.stdin is not None
+    assert launcher.stdin is not None  # noqa: S101 - stdin=PIPE above
     launcher.stdin.write(json.dumps(_node_to_json(node)).encode())
     launcher.stdin.close()
-    return LocalRun(run_dir=run_dir, launcher_pid=launcher.pid)
+    return launcher.pid
+
+
+def current_status(run_dir: Path) -> dict[str, object]:
+    """The run's recorded state, with 'running' checked against the launcher process really being there."""
+    state: dict[str, object] = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
+    if state.get("status") == "running" and not _same_process(state, "launcher"):
+        lost = "lost (its launcher process is gone" + (
+            "; the job still runs, `cancel` stops it)" if _same_process(state, "job") else ")")
+        state = {**state, "status": lost}
+    return state
 
 
 def cancel(run_dir: Path) -> bool:
-    """Ask a run's launcher to stop its job; False when it is not running."""
-    state = current_status(run_dir)
+    """Ask a run's launcher to stop its job (or the job itself, if its launcher is gone); False if not running."""
+    state = runs.read_json(run_dir / runs.STATE) or {}
     if state.get("status") != "running":
         return False
+    for role in ("launcher", "job"):
+        if _same_process(state, role):
+            try:
+                os.kill(int(state[f"{role}_pid"]), signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            return True
+    return False
+
+
+def process_started(pid: int) -> float | None:
+    """When a process started (seconds since the epoch), or None if there is none: a pid and its start time
+    together name one process, even after the pid is reused."""
+    import psutil
+
     try:
-        os.kill(int(state["launcher_pid"]), signal.SIGTERM)  # type: ignore[call-overload]
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _launcher_alive(state: dict[str, object]) -> bool:
-    """The recorded launcher still runs: same pid and same start time (a reused pid is someone else)."""
-    pid, started = state.get("launcher_pid"), state.get("launcher_started")
-    return isinstance(pid, int) and started is not None and _start_ticks(pid) == started
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When a process started, in clock ticks since boot (Linux /proc); None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _same_process(state: dict[str, object], role: str) -> bool:
+    pid, started = state.get(f"{role}_pid"), state.get(f"{role}_started")
+    return isinstance(pid, int) and started is not None and process_started(pid) == started
 
 
 def _single_node(plan: LaunchPlan) -> NodeCommand:
     if len(plan.nodes) != 1:
         raise SubmitError(f"the local backend runs one node, the plan has {len(plan.nodes)}")
     return plan.nodes[0]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when the launcher dies, so no job outlives it."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -138,6 +157,10 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         return process.wait()
+
+
+def _shell_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def _write_state(run_dir: Path, **state: object) -> None:
@@ -159,7 +182,7 @@ def _node_from_json(data: dict[str, object]) -> NodeCommand:
 
 def _detached_main(run_dir: str) -> int:
     node = _node_from_json(json.loads(sys.stdin.read()))
-    return run_foreground(Path(run_dir), node).exit_code
+    return run_node(Path(run_dir), node).exit_code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,133 @@
+"""Hugging Face Accelerate entrypoint: the same model, data and metrics as ``train.ddp``, at a higher level.
+
+``Accelerator.prepare`` wraps model, optimizer and both loaders; ``accelerator.backward`` does the backward
+pass; evaluation metrics come from ``gather_for_metrics``; only the main process prints. The same code runs
+on one CPU, several CPU processes, one or several GPUs. (Named ``accelerated`` so that it can never shadow
+the ``accelerate`` package.)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from train.args import TrainArgs
+from train.data import Datasets, load_datasets
+from train.dist_env import DistEnv
+from train.entry import run_entrypoint
+from train.model import Net, build_optimizer
+from train.reporting import Reporter, parameter_digest
+
+STRATEGY = "accelerate"
+
+
+@dataclass
+class _Progress:
+    total_steps: int
+    step: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+
+
+def _accelerator(args: TrainArgs):  # type: ignore[no-untyped-def]
+    from accelerate import Accelerator
+
+    if args.device == "xla":
+        raise RuntimeError("device xla is not supported by this entrypoint yet")
+    # A cpu profile trains on the CPU even where GPUs are visible (and under plain torchrun, where
+    # Accelerate would otherwise fall back to a single process).
+    return Accelerator(cpu=args.device == "cpu")
+
+
+def evaluate(accelerator, model: torch.nn.Module, loader: DataLoader) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Loss and accuracy over the whole held-out set: per-sample values gathered, padding dropped."""
+    model.eval()
+    losses, hits = [], []
+    with torch.no_grad():
+        for images, labels in loader:
+            output = model(images)
+            per_sample = F.nll_loss(output, labels, reduction="none")
+            gathered_loss, gathered_hit = accelerator.gather_for_metrics(
+                (per_sample, (output.argmax(dim=1) == labels).float()))
+            losses.append(gathered_loss)
+            hits.append(gathered_hit)
+    return torch.cat(losses).mean().item(), torch.cat(hits).mean().item()
+
+
+def _train_epoch(epoch: int, accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer,  # type: ignore[no-untyped-def]
+                 loader: DataLoader, progress: _Progress, args: TrainArgs, reporter: Reporter) -> float:
+    """One pass over this process's shard (or up to the step limit); the mean loss across processes."""
+    model.train()
+    loss_sum, batches, tick = torch.zeros((), device=accelerator.device), 0, time.perf_counter()
+    for images, labels in loader:
+        loss = F.nll_loss(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        accelerator.backward(loss)
+        optimizer.step()
+        progress.step, progress.samples = progress.step + 1, progress.samples + len(labels)
+        loss_sum, batches = loss_sum + loss.detach(), batches + 1
+        if progress.step % args.log_every == 0 or progress.step == progress.total_steps:
+            mean_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
+            rate = progress.samples * accelerator.num_processes / (progress.seconds + time.perf_counter() - tick)
+            reporter.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
+                         f"{rate:.0f} samples/s")
+            reporter.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss,
+                            samples_per_second=rate)
+        if progress.step >= progress.total_steps:
+            break
+    progress.seconds += time.perf_counter() - tick
+    return accelerator.reduce(loss_sum / batches, reduction="mean").item()
+
+
+def _loaders(data: Datasets, args: TrainArgs) -> tuple[DataLoader, DataLoader]:
+    shuffle_order = torch.Generator().manual_seed(args.seed)
+    return (DataLoader(data.train, batch_size=args.batch_size, shuffle=True, generator=shuffle_order),
+            DataLoader(data.test, batch_size=max(args.batch_size, 256)))
+
+
+def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
+    from accelerate.utils import gather_object, set_seed
+
+    accelerator = _accelerator(args)
+    data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=accelerator.is_main_process,
+                         barrier=accelerator.wait_for_everyone)
+    reporter.say(f"accelerate: {accelerator.distributed_type.value}, world size {accelerator.num_processes} on "
+                 f"{env.num_nodes} node(s), device {accelerator.device}, data: {data.description}")
+    set_seed(args.seed)
+    model = Net()
+    optimizer = build_optimizer(model.parameters(), args.lr)
+    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, *_loaders(data, args))
+    progress = _Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
+    epochs = math.ceil(progress.total_steps / len(train_loader))
+    for epoch in range(1, epochs + 1):
+        train_loader.set_epoch(epoch)
+        train_loss = _train_epoch(epoch, accelerator, model, optimizer, train_loader, progress, args, reporter)
+        eval_loss, eval_accuracy = evaluate(accelerator, model, eval_loader)
+        reporter.say(f"epoch {epoch} done: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}, "
+                     f"eval accuracy {eval_accuracy:.2%}")
+        reporter.record(kind="eval", epoch=epoch, step=progress.step, train_loss=train_loss,
+                        eval_loss=eval_loss, eval_accuracy=eval_accuracy)
+    samples = accelerator.reduce(torch.tensor(float(progress.samples), device=accelerator.device), "sum").item()
+    digests = gather_object([parameter_digest(accelerator.unwrap_model(model))])
+    result = {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": accelerator.num_processes,
+              "num_nodes": env.num_nodes, "epochs": epochs, "steps": progress.step, "train_loss": train_loss,
+              "eval_loss": eval_loss, "eval_accuracy": eval_accuracy,
+              "samples_per_second": samples / progress.seconds, "dataset": data.description,
+              "device": accelerator.device.type, "distributed_type": accelerator.distributed_type.value,
+              "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "param_digests": digests}
+    accelerator.end_training()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_entrypoint(train, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

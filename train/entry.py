@@ -1,0 +1,37 @@
+"""What every entrypoint does around its training function: arguments, per-rank logs, result, failure note."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable
+
+from train.args import TrainArgs, parse_train_args
+from train.dist_env import DistEnv, log_to_file
+from train.layout import rank_log_path
+from train.reporting import Reporter, record_failure
+
+TrainFunction = Callable[[TrainArgs, DistEnv, Reporter], dict[str, object]]
+
+
+def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
+    """Parse TRAIN_ARGS, give this rank its log, train, and write result.json on the main process."""
+    args = parse_train_args(sys.argv[1:] if argv is None else argv)
+    env = DistEnv.from_environ()
+    if args.run_dir:
+        log_to_file(rank_log_path(args.run_dir, env.rank), echo=env.is_main)
+    if args.run_dir or env.is_main:  # each rank's own log; only the main rank's reaches the terminal
+        print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
+              f"{socket.gethostname()}, pid {os.getpid()}", flush=True)
+    reporter = Reporter(args.run_dir, is_main=env.is_main)
+    try:
+        result = train(args, env, reporter)
+    except Exception as error:
+        record_failure(args.run_dir, env.rank, error)
+        raise
+    if env.is_main:
+        result = reporter.finish(**result)
+        reporter.say(f"done: eval accuracy {result['eval_accuracy']:.2%} after {result['steps']} steps "
+                     f"in {result['wall_seconds']:.1f} s")
+    return 0

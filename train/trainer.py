@@ -1,0 +1,130 @@
+"""Transformers ``Trainer`` entrypoint: the same model, data and metrics as ``train.ddp``, the Trainer's loop.
+
+A collator turns (image, label) pairs into a dict, a Trainer subclass's ``compute_loss`` applies NLL loss to
+the model's log-probabilities, and TrainingArguments come from the shared TRAIN_ARGS (constant learning rate
+and AdamW's usual weight decay, as in the other two loops, so the three are comparable).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from train.args import TrainArgs
+from train.data import load_datasets
+from train.dist_env import DistEnv
+from train.entry import run_entrypoint
+from train.model import Net
+from train.reporting import Reporter, parameter_digest
+
+STRATEGY = "trainer"
+ADAMW_WEIGHT_DECAY = 0.01  # torch.optim.AdamW's default, which the ddp and accelerate loops use
+
+
+def collate(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """(image, label) pairs -> the dict of tensors the Trainer passes to ``compute_loss``."""
+    images, labels = zip(*pairs, strict=True)
+    return {"pixel_values": torch.stack(images), "labels": torch.stack(labels)}
+
+
+def accuracy(prediction: Any) -> dict[str, float]:  # noqa: ANN401 - transformers' EvalPrediction
+    logits, labels = prediction.predictions, prediction.label_ids
+    return {"accuracy": float((np.asarray(logits).argmax(axis=1) == np.asarray(labels)).mean())}
+
+
+def _trainer_class():  # type: ignore[no-untyped-def]
+    from transformers import Trainer
+
+    class NllTrainer(Trainer):
+        """The seed's loss: NLL on the model's log-probabilities, inputs taken from the collator's dict."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
+            log_probabilities = model(inputs["pixel_values"])
+            loss = F.nll_loss(log_probabilities, inputs["labels"])
+            return (loss, {"logits": log_probabilities}) if return_outputs else loss
+
+    return NllTrainer
+
+
+def _progress_callback(reporter: Reporter, total_steps: int):  # type: ignore[no-untyped-def]
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):
+        """Print and record the Trainer's logs in the same form as the other entrypoints."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):  # type: ignore[no-untyped-def]
+            logs, epoch = logs or {}, int(np.ceil(state.epoch or 0))
+            if "loss" in logs:
+                reporter.say(f"epoch {epoch} step {state.global_step}/{total_steps} loss {logs['loss']:.4f}")
+                reporter.record(kind="train", epoch=epoch, step=state.global_step, loss=logs["loss"])
+            if "eval_loss" in logs:
+                reporter.say(f"epoch {epoch} done: eval loss {logs['eval_loss']:.4f}, eval accuracy "
+                             f"{logs.get('eval_accuracy', float('nan')):.2%}")
+                reporter.record(kind="eval", epoch=epoch, step=state.global_step, eval_loss=logs["eval_loss"],
+                                eval_accuracy=logs.get("eval_accuracy"))
+
+    return Progress()
+
+
+def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import TrainingArguments
+
+    if args.device == "xla":
+        raise RuntimeError("device xla is not supported by this entrypoint yet")
+    return TrainingArguments(
+        output_dir=str(output_dir), per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=max(args.batch_size, 256), num_train_epochs=args.epochs,
+        max_steps=args.max_steps or -1, learning_rate=args.lr, lr_scheduler_type="constant",
+        weight_decay=ADAMW_WEIGHT_DECAY, optim="adamw_torch", seed=args.seed, data_seed=args.seed,
+        eval_strategy="epoch", save_strategy="no", logging_steps=args.log_every, report_to=[],
+        remove_unused_columns=False, label_names=["labels"], use_cpu=args.device == "cpu",
+        disable_tqdm=True, log_level="warning", dataloader_num_workers=0)
+
+
+def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
+    from accelerate.utils import gather_object
+
+    output_dir = Path(args.run_dir or ".") / "trainer"
+    training_args = training_arguments(args, output_dir)
+    world_size = training_args.world_size  # sets up the process group, so the barrier below is real
+    data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=_barrier)
+    reporter.say(f"trainer: {training_args.parallel_mode.value}, world size {training_args.world_size} on "
+                 f"{env.num_nodes} node(s), device {training_args.device}, data: {data.description}")
+    torch.manual_seed(args.seed)
+    steps_per_epoch = int(np.ceil(len(data.train) / (args.batch_size * world_size)))
+    total_steps = args.max_steps or args.epochs * steps_per_epoch
+    trainer = _trainer_class()(model=Net(), args=training_args, train_dataset=data.train, eval_dataset=data.test,
+                               data_collator=collate, compute_metrics=accuracy,
+                               callbacks=[_progress_callback(reporter, total_steps)])
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # our Progress callback prints instead
+    outcome = trainer.train()
+    evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+    final = evaluations[-1] if evaluations else trainer.evaluate()  # eval_strategy=epoch ends with one
+    digests = gather_object([parameter_digest(trainer.accelerator.unwrap_model(trainer.model))])
+    return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": world_size,
+            "num_nodes": env.num_nodes, "epochs": int(np.ceil(trainer.state.epoch or 0)),
+            "steps": trainer.state.global_step, "train_loss": outcome.training_loss,
+            "eval_loss": final["eval_loss"], "eval_accuracy": final["eval_accuracy"],
+            "samples_per_second": outcome.metrics["train_samples_per_second"], "dataset": data.description,
+            "device": training_args.device.type, "parallel_mode": training_args.parallel_mode.value,
+            "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "param_digests": digests}
+
+
+def _barrier() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_entrypoint(train, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
