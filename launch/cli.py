@@ -43,8 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--run-dir", help="run folder (default: a new one under runs/)")
         if name == "submit":
             command.add_argument("--detach", action="store_true", help="start in the background and return")
-    config = commands.add_parser("accelerate-config", help="write an accelerate config for a profile")
-    config.add_argument("--profile", required=True)
+    config = commands.add_parser("accelerate-config", help="print or write an accelerate config for a profile")
+    config.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
+    config.add_argument("--machine-rank", type=int, default=0, help="this machine's rank (default 0)")
+    config.add_argument("--output", help="write the file here (never over an existing file)")
     for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
                        ("cancel", "stop a running job")):
         command = commands.add_parser(name, help=text)
@@ -164,8 +166,26 @@ def _fmt(value: object) -> str:
 
 
 def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
-    raise LaunchError("accelerate-config is not available yet (it comes with the Accelerate and Trainer "
-                      "strategies issue)")
+    from launch.accelerate_config import render_config
+
+    profile = load_profile(args.profile)
+    if not 0 <= args.machine_rank < profile.nodes:
+        raise LaunchError(f"--machine-rank {args.machine_rank}: profile {profile.name} has {profile.nodes} "
+                          f"node(s), so it must be between 0 and {profile.nodes - 1}")
+    text = render_config(profile, machine_rank=args.machine_rank)
+    if args.output is None:
+        print(text, end="")
+        return 0
+    output = Path(args.output)
+    if output.exists():
+        raise LaunchError(f"--output {output}: already exists; launch does not overwrite it",
+                          "remove it first or choose another path")
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise LaunchError(f"--output {output}: cannot write ({error.strerror})") from None
+    print(f"wrote {output}")
+    return 0
 
 
 def _run_dir(given: str) -> Path:

@@ -56,24 +56,25 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
                workdir: str) -> LaunchPlan:
     """The plan for ``strategy`` on ``profile``; ``run_dir``, ``python`` and ``workdir`` are absolute paths."""
     chosen = get_strategy(strategy)
-    assert chosen.node_argv is not None
     if profile.kind == "tpu":
         raise LaunchError(f"{profile.source}: kind: tpu profiles cannot be launched yet (they come with the "
                           "TPU issue); use a local or slurm profile")
     args = replace(train_args, run_dir=run_dir, device=profile.device, dist_backend=profile.dist_backend,
                    profile_name=profile.name)
-    env = worker_env(profile)
+    env = worker_env(profile, chosen.extra_env(profile))
     nodes = tuple(
-        NodeCommand(node_rank=rank,
-                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank), args.to_argv())),
-                    env=env, cwd=workdir)
+        NodeCommand(node_rank=rank, env=env, cwd=workdir,
+                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank), args.to_argv(),
+                                                run_dir)))
         for rank in range(profile.nodes))
-    plan = LaunchPlan(profile=profile, strategy=strategy, train_args=args, run_dir=run_dir, nodes=nodes)
+    files = tuple(PlanFile(path=path, text=text) for path, text in chosen.files(profile, run_dir))
+    plan = LaunchPlan(profile=profile, strategy=strategy, train_args=args, run_dir=run_dir, nodes=nodes,
+                      files=files)
     if profile.kind == "slurm":
         script = sbatch.render_script(plan.profile, plan.nodes[0], job_name=f"{profile.name}-{strategy}",
                                       run_dir=run_dir)
         script_path = str(PurePath(run_dir, "job.sbatch"))
-        plan = replace(plan, files=(PlanFile(path=script_path, text=script, executable=True),),
+        plan = replace(plan, files=(*files, PlanFile(path=script_path, text=script, executable=True)),
                        submit_argv=("sbatch", "--parsable", script_path))
     return plan
 
@@ -88,9 +89,9 @@ def _node_context(profile: Profile, node_rank: int) -> NodeContext:
     return NodeContext(node_rank=str(node_rank), master_addr="127.0.0.1", master_port=str(port))
 
 
-def worker_env(profile: Profile) -> tuple[tuple[str, str], ...]:
+def worker_env(profile: Profile, strategy_env: dict[str, str]) -> tuple[tuple[str, str], ...]:
     """The variables added to every worker's inherited environment, profile values winning."""
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **strategy_env}
     if profile.device == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: N processes share the cores fairly
     if profile.network_interface:

@@ -78,7 +78,8 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
         lines.append('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
     lines += [
         "# The head node (first host of the allocation) hosts the rendezvous; fail here, not in a hung rendezvous.",
-        f'MASTER_ADDR="$(scontrol show hostnames "${SLURM_NODE_LIST}" | head -n 1)"',
+        f'hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"  # not piped into head: under pipefail its SIGPIPE could fail the job',
+        "MASTER_ADDR=\"${hosts%%$'\\n'*}\"",
         'if [ -z "$MASTER_ADDR" ]; then echo "launch: no head node in $SLURM_JOB_NODELIST" >&2; exit 1; fi',
         f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
     ]

@@ -190,7 +190,7 @@ def test_profiles_render_and_accelerate_config_import_no_heavy_library() -> None
              "for argv in (['profiles'], ['profiles', 'slurm-2x4'], "
              "['render', '--profile', 'slurm-2x4', '--strategy', 'ddp']):\n"
              "    assert main(argv) == 0, argv\n"
-             "main(['accelerate-config', '--profile', 'local-cpu'])\n"
+             "assert main(['accelerate-config', '--profile', 'local-cpu']) == 0\n"
              "heavy = sorted(m for m in ('torch', 'accelerate', 'transformers', 'submitit') if m in sys.modules)\n"
              "print('HEAVY', heavy)\n")
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)

@@ -166,7 +166,6 @@ def test_all_problems_of_a_file_are_reported_together(write_profile) -> None:  #
 @pytest.mark.parametrize(("args", "expected"), [
     (["--profile", "loca-cpu", "--strategy", "ddp"], ["unknown profile 'loca-cpu'", "did you mean 'local-cpu'?"]),
     (["--profile", "local-cpu", "--strategy", "dpp"], ["unknown strategy 'dpp'", "did you mean 'ddp'?"]),
-    (["--profile", "local-cpu", "--strategy", "accelerate"], ["'accelerate' is not available yet"]),
     (["--profile", "nowhere/x.yaml", "--strategy", "ddp"], ["nowhere/x.yaml: no such profile file"]),
     (["--profile", "local-cpu", "--strategy", "ddp", "--", "--epochs", "0"], ["TRAIN_ARGS: argument --epochs"]),
     (["--profile", "local-cpu", "--strategy", "ddp", "--", "--epoch", "2"], ["did you mean '--epochs'?"]),

@@ -57,7 +57,7 @@ def evaluate(accelerator, model: torch.nn.Module, loader: DataLoader) -> tuple[f
                 (per_sample, (output.argmax(dim=1) == labels).float()))
             losses.append(gathered_loss)
             hits.append(gathered_hit)
-    return torch.cat(losses).mean().item(), torch.cat(hits).mean().item()
+    return torch.cat(losses).double().mean().item(), torch.cat(hits).double().mean().item()
 
 
 def _train_epoch(epoch: int, accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer,  # type: ignore[no-untyped-def]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -38,37 +40,52 @@ class DistEnv:
                    launched="RANK" in env and "WORLD_SIZE" in env)
 
 
-def log_to_file(path: Path, *, echo: bool) -> None:
-    """Send this process's stdout and stderr (Python's and native code's) to ``path``; with ``echo``, also to
-    the console it had. Every rank keeps a complete log; only the main rank's reaches the terminal."""
+@contextmanager
+def rank_output(path: Path, *, echo: bool) -> Iterator[None]:
+    """While inside, this process's stdout and stderr (Python's and native code's) go to ``path``; with
+    ``echo``, to the console it had as well. Every rank keeps a complete log, tracebacks included; only the
+    main rank's reaches the terminal. On the way out the console is restored (a notebook keeps its own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the process
     sys.stdout.flush()
     sys.stderr.flush()
-    if not echo:
-        for fd in (1, 2):
-            os.dup2(log.fileno(), fd)
-        return
-    console = os.fdopen(os.dup(1), "wb", buffering=0)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with open(path, "ab", buffering=0) as log:
+        pump = _start_tee(log, saved[1]) if echo else None
+        if pump is None:
+            for fd in (1, 2):
+                os.dup2(log.fileno(), fd)
+        failure = ""
+        try:
+            yield
+        except BaseException:
+            failure = traceback.format_exc()
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, original in saved.items():
+                os.dup2(original, fd)
+                os.close(original)
+            if pump is not None:
+                pump.join(timeout=10)
+            log.write(failure.encode())
+
+
+def _start_tee(log: BinaryIO, console_fd: int) -> threading.Thread:
+    """Point stdout and stderr at a pipe whose reader copies everything to the log and the console."""
+    console = os.fdopen(os.dup(console_fd), "wb", buffering=0)
     read_end, write_end = os.pipe()
     for fd in (1, 2):
         os.dup2(write_end, fd)
     os.close(write_end)
     pump = threading.Thread(target=_pump, args=(read_end, (log, console)), daemon=True)
     pump.start()
-    atexit.register(_drain, pump, console)
+    return pump
 
 
 def _pump(read_end: int, sinks: tuple[BinaryIO, ...]) -> None:
-    while chunk := os.read(read_end, 65536):
-        for sink in sinks:
-            sink.write(chunk)
-
-
-def _drain(pump: threading.Thread, console: BinaryIO) -> None:
-    """At exit, close the pipe's write side (stdout/stderr back to the console) so the pump sees the end."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for fd in (1, 2):
-        os.dup2(console.fileno(), fd)
-    pump.join(timeout=5)
+    with os.fdopen(read_end, "rb", buffering=0) as source:
+        while chunk := source.read(65536):
+            for sink in sinks:
+                sink.write(chunk)
+    sinks[-1].close()

@@ -6,9 +6,10 @@ import os
 import socket
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from train.args import TrainArgs, parse_train_args
-from train.dist_env import DistEnv, log_to_file
+from train.dist_env import DistEnv, rank_output
 from train.layout import rank_log_path
 from train.reporting import Reporter, record_failure
 
@@ -19,8 +20,13 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS, give this rank its log, train, and write result.json on the main process."""
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     env = DistEnv.from_environ()
-    if args.run_dir:
-        log_to_file(rank_log_path(args.run_dir, env.rank), echo=env.is_main)
+    output = rank_output(rank_log_path(args.run_dir, env.rank), echo=env.is_main) if args.run_dir \
+        else nullcontext()
+    with output:
+        return _run(train, args, env)
+
+
+def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
     if args.run_dir or env.is_main:  # each rank's own log; only the main rank's reaches the terminal
         print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
               f"{socket.gethostname()}, pid {os.getpid()}", flush=True)

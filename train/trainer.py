@@ -83,7 +83,7 @@ def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-un
         weight_decay=ADAMW_WEIGHT_DECAY, optim="adamw_torch", seed=args.seed, data_seed=args.seed,
         eval_strategy="epoch", save_strategy="no", logging_steps=args.log_every, report_to=[],
         remove_unused_columns=False, label_names=["labels"], use_cpu=args.device == "cpu",
-        disable_tqdm=True, log_level="warning", dataloader_num_workers=0)
+        disable_tqdm=True, log_level="warning", dataloader_num_workers=0, ddp_find_unused_parameters=False)
 
 
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:

@@ -1,53 +1,54 @@
-"""Strategies: which entrypoint a node runs and through which launcher, in one registry."""
+"""Strategies: which entrypoint a node runs, through which launcher, with what extra files, in one registry."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from launch.errors import LaunchError, did_you_mean
 from launch.profile import Profile
 from launch.shell import Arg
-from launch.strategies import ddp
+from launch.strategies import accelerate_launch, ddp, trainer
+from launch.strategies.context import NodeContext
+
+NodeArgv = Callable[[Profile, str, NodeContext, tuple[str, ...], str], list[Arg]]
+Files = Callable[[Profile, str], tuple[tuple[str, str], ...]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class NodeContext:
-    """Where one node stands in the job; values may be references resolved where the node runs."""
-
-    node_rank: Arg
-    master_addr: Arg | None  # None: one node, whose launcher finds a free port itself
-    master_port: Arg | None
+def _no_files(profile: Profile, run_dir: str) -> tuple[tuple[str, str], ...]:
+    return ()
 
 
-NodeArgv = Callable[[Profile, str, NodeContext, tuple[str, ...]], list[Arg]]
+def _no_env(profile: Profile) -> dict[str, str]:
+    return {}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Strategy:
     name: str
     summary: str
-    node_argv: NodeArgv | None  # None: planned, not built yet
-    pending_issue: str = ""
+    entry_module: str  # the in-job module whose main(argv) trains
+    node_argv: NodeArgv  # (profile, python, node, train_argv, run_dir) -> argv
+    extra_env: Callable[[Profile], dict[str, str]] = field(default=_no_env)
+    files: Files = field(default=_no_files)  # (profile, run_dir) -> ((path, text), ...) written before start
 
 
 STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy(name="ddp", summary="native torch DistributedDataParallel under torchrun",
-                    node_argv=ddp.node_argv),
-    "accelerate": Strategy(name="accelerate", summary="Hugging Face Accelerate (accelerate launch)",
-                           node_argv=None, pending_issue="the Accelerate and Trainer strategies issue"),
+                    entry_module=ddp.ENTRY_MODULE, node_argv=ddp.node_argv),
+    "accelerate": Strategy(name="accelerate", summary="Hugging Face Accelerate under `accelerate launch`",
+                           entry_module=accelerate_launch.ENTRY_MODULE, node_argv=accelerate_launch.node_argv, extra_env=accelerate_launch.extra_env,
+                           files=accelerate_launch.files),
     "trainer": Strategy(name="trainer", summary="Transformers Trainer under torchrun",
-                        node_argv=None, pending_issue="the Accelerate and Trainer strategies issue"),
+                        entry_module=trainer.ENTRY_MODULE, node_argv=trainer.node_argv, extra_env=accelerate_launch.extra_env),
 }
+
+__all__ = ["STRATEGIES", "NodeContext", "Strategy", "get_strategy"]
 
 
 def get_strategy(name: str) -> Strategy:
-    """The strategy called ``name``; unknown and not-yet-built strategies are user errors."""
+    """The strategy called ``name``; an unknown name is a user error with a suggestion."""
     if name not in STRATEGIES:
         raise LaunchError(f"--strategy: unknown strategy {name!r};{did_you_mean(name, STRATEGIES)} "
                           f"allowed: {', '.join(STRATEGIES)}")
-    strategy = STRATEGIES[name]
-    if strategy.node_argv is None:
-        raise LaunchError(f"--strategy: {name!r} is not available yet (it comes with "
-                          f"{strategy.pending_issue}); use --strategy ddp")
-    return strategy
+    return STRATEGIES[name]

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from launch.profile import Profile
 from launch.shell import Arg
-
-if TYPE_CHECKING:
-    from launch.strategies import NodeContext
+from launch.strategies.context import NodeContext
 
 ENTRY_MODULE = "train.ddp"
 
@@ -25,5 +21,6 @@ def torchrun_argv(profile: Profile, python: str, node: NodeContext) -> list[Arg]
     return argv + ["--nproc_per_node", str(profile.procs_per_node), "--max_restarts", "0"]
 
 
-def node_argv(profile: Profile, python: str, node: NodeContext, train_argv: tuple[str, ...]) -> list[Arg]:
+def node_argv(profile: Profile, python: str, node: NodeContext, train_argv: tuple[str, ...],
+              run_dir: str) -> list[Arg]:
     return [*torchrun_argv(profile, python, node), "-m", ENTRY_MODULE, *train_argv]
