@@ -9,7 +9,6 @@ the ``accelerate`` package.)
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass
 
@@ -20,7 +19,7 @@ from torch.utils.data import DataLoader
 from train.args import TrainArgs
 from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv
-from train.entry import run_entrypoint
+from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Reporter, parameter_digest
 
@@ -130,4 +129,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_worker(main())

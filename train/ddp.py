@@ -7,7 +7,6 @@ the optimizer on the DDP model's parameters, evaluation reduced across ranks, pr
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from train.args import TrainArgs, default_dist_backend
 from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv
-from train.entry import run_entrypoint
+from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Reporter, parameter_digest
 
@@ -169,4 +168,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_worker(main())

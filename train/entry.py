@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 from contextlib import nullcontext
 
 from train.args import TrainArgs, parse_train_args
@@ -14,6 +15,19 @@ from train.layout import rank_log_path
 from train.reporting import Reporter, record_failure
 
 TrainFunction = Callable[[TrainArgs, DistEnv, Reporter], dict[str, object]]
+
+
+def exit_worker(status: int) -> NoReturn:
+    """End a worker process at once, without interpreter teardown.
+
+    At teardown, gloo's C++ worker threads can abort a process that has finished its work ("terminate called
+    without an active exception", SIGABRT; pytorch/pytorch#190489), even after destroy_process_group: seen
+    here in about 1 run of 12. That would turn a finished job into a failed one. Everything the run writes is
+    written and closed before this point.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:

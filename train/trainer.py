@@ -7,7 +7,6 @@ and AdamW's usual weight decay, as in the other two loops, so the three are comp
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from torch.nn import functional as F
 from train.args import TrainArgs
 from train.data import load_datasets
 from train.dist_env import DistEnv
-from train.entry import run_entrypoint
+from train.entry import exit_worker, run_entrypoint
 from train.model import Net
 from train.reporting import Reporter, parameter_digest
 
@@ -110,11 +109,19 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     digests = gather_object([parameter_digest(trainer.accelerator.unwrap_model(trainer.model))])
     return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": world_size,
             "num_nodes": env.num_nodes, "epochs": int(np.ceil(trainer.state.epoch or 0)),
-            "steps": trainer.state.global_step, "train_loss": outcome.training_loss,
+            "steps": trainer.state.global_step, "train_loss": _last_epoch_loss(trainer.state.log_history),
             "eval_loss": final["eval_loss"], "eval_accuracy": final["eval_accuracy"],
             "samples_per_second": outcome.metrics["train_samples_per_second"], "dataset": data.description,
             "device": training_args.device.type, "parallel_mode": training_args.parallel_mode.value,
             "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "param_digests": digests}
+
+
+def _last_epoch_loss(history: list[dict[str, float]]) -> float:
+    """The mean of the losses logged during the last epoch, as the other loops report theirs."""
+    logged = [(entry["epoch"], entry["loss"]) for entry in history if "loss" in entry]
+    last = int(np.ceil(logged[-1][0])) if logged else 0
+    in_last = [loss for epoch, loss in logged if int(np.ceil(epoch)) == last]
+    return float(np.mean(in_last)) if in_last else float("nan")
 
 
 def _barrier() -> None:
@@ -127,4 +134,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_worker(main())
