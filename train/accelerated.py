@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
@@ -21,17 +20,9 @@ from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
-from train.reporting import Reporter, parameter_digest
+from train.reporting import Progress, Reporter, parameter_digest
 
 STRATEGY = "accelerate"
-
-
-@dataclass
-class _Progress:
-    total_steps: int
-    step: int = 0
-    samples: int = 0
-    seconds: float = 0.0
 
 
 def _accelerator(args: TrainArgs):  # type: ignore[no-untyped-def]
@@ -60,7 +51,7 @@ def evaluate(accelerator, model: torch.nn.Module, loader: DataLoader) -> tuple[f
 
 
 def _train_epoch(epoch: int, accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer,  # type: ignore[no-untyped-def]
-                 loader: DataLoader, progress: _Progress, args: TrainArgs, reporter: Reporter) -> float:
+                 loader: DataLoader, progress: Progress, args: TrainArgs, reporter: Reporter) -> float:
     """One pass over this process's shard (or up to the step limit); the mean loss across processes."""
     model.train()
     loss_sum, batches, tick = torch.zeros((), device=accelerator.device), 0, time.perf_counter()
@@ -69,16 +60,12 @@ def _train_epoch(epoch: int, accelerator, model: torch.nn.Module, optimizer: tor
         optimizer.zero_grad(set_to_none=True)
         accelerator.backward(loss)
         optimizer.step()
-        progress.step, progress.samples = progress.step + 1, progress.samples + len(labels)
+        progress.advance(len(labels))
         loss_sum, batches = loss_sum + loss.detach(), batches + 1
-        if progress.step % args.log_every == 0 or progress.step == progress.total_steps:
+        if progress.due(args.log_every):
             mean_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
-            rate = progress.samples * accelerator.num_processes / (progress.seconds + time.perf_counter() - tick)
-            reporter.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
-                         f"{rate:.0f} samples/s")
-            reporter.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss,
-                            samples_per_second=rate)
-        if progress.step >= progress.total_steps:
+            reporter.train_step(epoch, progress, mean_loss, accelerator.num_processes, tick)
+        if progress.done:
             break
     progress.seconds += time.perf_counter() - tick
     return accelerator.reduce(loss_sum / batches, reduction="mean").item()
@@ -102,16 +89,13 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     model = Net()
     optimizer = build_optimizer(model.parameters(), args.lr)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, *_loaders(data, args))
-    progress = _Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
+    progress = Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
     epochs = math.ceil(progress.total_steps / len(train_loader))
     for epoch in range(1, epochs + 1):
         train_loader.set_epoch(epoch)
         train_loss = _train_epoch(epoch, accelerator, model, optimizer, train_loader, progress, args, reporter)
         eval_loss, eval_accuracy = evaluate(accelerator, model, eval_loader)
-        reporter.say(f"epoch {epoch} done: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}, "
-                     f"eval accuracy {eval_accuracy:.2%}")
-        reporter.record(kind="eval", epoch=epoch, step=progress.step, train_loss=train_loss,
-                        eval_loss=eval_loss, eval_accuracy=eval_accuracy)
+        reporter.epoch_end(epoch, progress.step, train_loss, eval_loss, eval_accuracy)
     samples = accelerator.reduce(torch.tensor(float(progress.samples), device=accelerator.device), "sum").item()
     digests = gather_object([parameter_digest(accelerator.unwrap_model(model))])
     result = {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": accelerator.num_processes,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -22,7 +21,7 @@ from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
-from train.reporting import Reporter, parameter_digest
+from train.reporting import Progress, Reporter, parameter_digest
 
 STRATEGY = "ddp"
 
@@ -64,16 +63,6 @@ def evaluate(model: torch.nn.Module, data: Datasets, args: TrainArgs, env: DistE
     return loss_sum / count, correct / count
 
 
-@dataclass
-class _Progress:
-    """Counters of one process's training so far."""
-
-    total_steps: int
-    step: int = 0
-    samples: int = 0
-    seconds: float = 0.0
-
-
 def _start(args: TrainArgs, env: DistEnv) -> torch.device:
     """This process's device, and the process group when a launcher started several of us."""
     device = resolve_device(args.device, env.local_rank)
@@ -84,7 +73,7 @@ def _start(args: TrainArgs, env: DistEnv) -> torch.device:
 
 
 def _train_epoch(epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-                 progress: _Progress, env: DistEnv, device: torch.device, args: TrainArgs,
+                 progress: Progress, env: DistEnv, device: torch.device, args: TrainArgs,
                  reporter: Reporter) -> float:
     """One pass over this rank's shard (or up to the step limit); returns the mean loss across ranks."""
     model.train()
@@ -95,16 +84,12 @@ def _train_epoch(epoch: int, model: torch.nn.Module, optimizer: torch.optim.Opti
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        progress.step, progress.samples = progress.step + 1, progress.samples + len(labels)
+        progress.advance(len(labels))
         loss_sum, batches = loss_sum + loss.item(), batches + 1
-        if progress.step % args.log_every == 0 or progress.step == progress.total_steps:
+        if progress.due(args.log_every):
             mean_loss = _all_sum([loss.item()], env, device)[0] / env.world_size
-            rate = progress.samples * env.world_size / (progress.seconds + time.perf_counter() - tick)
-            reporter.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
-                         f"{rate:.0f} samples/s")
-            reporter.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss,
-                            samples_per_second=rate)
-        if progress.step >= progress.total_steps:
+            reporter.train_step(epoch, progress, mean_loss, env.world_size, tick)
+        if progress.done:
             break
     progress.seconds += time.perf_counter() - tick
     loss_total, batch_total = _all_sum([loss_sum, float(batches)], env, device)
@@ -143,16 +128,13 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
     sampler = DistributedSampler(data.train, num_replicas=env.world_size, rank=env.rank, shuffle=True,
                                  seed=args.seed)
     loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler)
-    progress = _Progress(total_steps=args.max_steps or args.epochs * len(loader))
+    progress = Progress(total_steps=args.max_steps or args.epochs * len(loader))
     epochs = math.ceil(progress.total_steps / len(loader))
     for epoch in range(1, epochs + 1):
         sampler.set_epoch(epoch)
         train_loss = _train_epoch(epoch, model, optimizer, loader, progress, env, device, args, reporter)
         eval_loss, eval_accuracy = evaluate(model, data, args, env, device)
-        reporter.say(f"epoch {epoch} done: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}, "
-                     f"eval accuracy {eval_accuracy:.2%}")
-        reporter.record(kind="eval", epoch=epoch, step=progress.step, train_loss=train_loss,
-                        eval_loss=eval_loss, eval_accuracy=eval_accuracy)
+        reporter.epoch_end(epoch, progress.step, train_loss, eval_loss, eval_accuracy)
     global_samples = _all_sum([float(progress.samples)], env, device)[0]
     return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": env.world_size,
             "num_nodes": env.num_nodes, "epochs": epochs, "steps": progress.step, "train_loss": train_loss,

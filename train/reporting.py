@@ -6,6 +6,7 @@ import hashlib
 import json
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,26 @@ import torch
 
 from train.layout import METRICS, RESULT, failure_path, write_json_atomic
 
+
+
+@dataclass
+class Progress:
+    """Counters of one process's training so far."""
+
+    total_steps: int
+    step: int = 0
+    samples: int = 0
+    seconds: float = 0.0  # in training epochs, evaluation excluded
+
+    def advance(self, batch_size: int) -> None:
+        self.step, self.samples = self.step + 1, self.samples + batch_size
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.total_steps
+
+    def due(self, log_every: int) -> bool:
+        return self.step % log_every == 0 or self.step == self.total_steps
 
 
 class Reporter:
@@ -31,6 +52,21 @@ class Reporter:
         if self.run_dir is not None:
             with open(self.run_dir / METRICS, "a", encoding="utf-8") as sink:
                 sink.write(json.dumps({"time": round(time.time(), 3), **metrics}) + "\n")
+
+    def train_step(self, epoch: int, progress: Progress, mean_loss: float, world_size: int,
+                   epoch_started: float) -> None:
+        """One progress line: step, loss averaged over ranks, and samples per second over all ranks."""
+        elapsed = progress.seconds + time.perf_counter() - epoch_started
+        rate = progress.samples * world_size / elapsed
+        self.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
+                 f"{rate:.0f} samples/s")
+        self.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss, samples_per_second=rate)
+
+    def epoch_end(self, epoch: int, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
+        self.say(f"epoch {epoch} done: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}, "
+                 f"eval accuracy {eval_accuracy:.2%}")
+        self.record(kind="eval", epoch=epoch, step=step, train_loss=train_loss, eval_loss=eval_loss,
+                    eval_accuracy=eval_accuracy)
 
     def finish(self, **result: Any) -> dict[str, Any]:
         """Write result.json (atomically) with the wall time since start; return what was written."""
