@@ -28,10 +28,9 @@ STRATEGY = "accelerate"
 def _accelerator(args: TrainArgs):  # type: ignore[no-untyped-def]
     from accelerate import Accelerator
 
-    if args.device == "xla":
-        raise RuntimeError("device xla is not supported by this entrypoint yet")
     # A cpu profile trains on the CPU even where GPUs are visible (and under plain torchrun, where
-    # Accelerate would otherwise fall back to a single process).
+    # Accelerate would otherwise fall back to a single process). Otherwise Accelerate picks the device:
+    # CUDA, or XLA where torch_xla is installed.
     return Accelerator(cpu=args.device == "cpu")
 
 
