@@ -283,7 +283,6 @@ def check_profile(profile: Profile) -> list[str]:
     return problems
 
 
-
 def _check_names(profile: Profile) -> list[str]:
     problems = []
     if not _PROFILE_NAME.match(profile.name):
@@ -292,7 +291,6 @@ def _check_names(profile: Profile) -> list[str]:
     if interface is not None and (not interface or any(ch.isspace() for ch in interface)):
         problems.append(f"network_interface: {interface!r} is not an interface name (for example eth0, ib0)")
     return problems
-
 
 
 def _check_counts(profile: Profile) -> list[str]:
@@ -314,7 +312,6 @@ def _check_counts(profile: Profile) -> list[str]:
     return problems
 
 
-
 def _check_sections(profile: Profile) -> list[str]:
     problems = []
     for kind in ("slurm", "tpu"):
@@ -333,7 +330,6 @@ def _check_sections(profile: Profile) -> list[str]:
         problems.append(f"tpu.workers: must equal nodes (one node per TPU host), got {profile.tpu.workers} "
                         f"workers and {profile.nodes} nodes")
     return problems
-
 
 
 def _check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:

@@ -15,7 +15,6 @@ import torch
 from train.layout import METRICS, RESULT, failure_path, write_json_atomic
 
 
-
 @dataclass
 class Progress:
     """Counters of one process's training so far."""

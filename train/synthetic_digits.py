@@ -29,7 +29,7 @@ _GLYPHS: dict[int, list[list[tuple[float, float]]]] = {
     9: [[(0.72, 0.35), (0.5, 0.5), (0.3, 0.38), (0.32, 0.15), (0.52, 0.07), (0.72, 0.2), (0.72, 0.35),
          (0.65, 0.92)]],
 }
-_SEGMENTS = {digit: np.array([(a, b) for line in lines for a, b in zip(line[:-1], line[1:])], dtype=np.float32)
+_SEGMENTS = {digit: np.array([(a, b) for line in lines for a, b in zip(line[:-1], line[1:], strict=True)], dtype=np.float32)
              for digit, lines in _GLYPHS.items()}  # digit -> (segments, 2 ends, xy)
 _MAX_SEGMENTS = max(len(s) for s in _SEGMENTS.values())
 
