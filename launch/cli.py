@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from datetime import datetime
@@ -43,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--run-dir", help="run folder (default: a new one under runs/)")
         if name == "submit":
             command.add_argument("--detach", action="store_true", help="start in the background and return")
+            command.add_argument("--launcher", choices=("sbatch",), default="sbatch",
+                                 help="SLURM profiles: how the job is handed to SLURM (the sbatch script render shows)")
     config = commands.add_parser("accelerate-config", help="print or write an accelerate config for a profile")
     config.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
     config.add_argument("--machine-rank", type=int, default=0, help="this machine's rank (default 0)")
@@ -121,16 +124,48 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
 
 
 def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
-    from launch.backends import local
-
     plan = _plan(args, train_argv, for_submit=True)
+    if plan.profile.kind == "slurm":
+        return _submit_slurm(plan, detach=args.detach)
     if plan.profile.kind != "local":
         raise SubmitError(f"{plan.profile.source}: submitting kind {plan.profile.kind} profiles comes with "
-                          "a later issue", "`render` shows the plan and its sbatch script")
+                          "a later issue", "`render` shows the plan")
+    return _submit_local(plan, detach=args.detach)
+
+
+def _submit_slurm(plan: LaunchPlan, *, detach: bool) -> int:
+    from launch.backends import slurm
+
+    run_dir = runs.prepare_run_dir(plan, render_text(plan))
+    try:
+        job_id = slurm.submit(plan)
+    except SubmitError:
+        shutil.rmtree(run_dir)  # made just now for a job that never existed
+        raise
+    print(f"job {job_id} submitted; run dir: {run_dir}", flush=True)
+    if detach:
+        print(f"follow it with: python -m launch logs {run_dir} --follow")
+        return 0
+    try:
+        final = slurm.follow(run_dir, job_id)
+    except KeyboardInterrupt:
+        print(f"\nstopped following; job {job_id} goes on. Cancel it with: python -m launch cancel {run_dir}")
+        return 130
+    if final.state != "COMPLETED" or final.exit_code:
+        status = final.exit_code or 1
+        raise WorkerFailure(f"job {job_id} ended {final.state}: " + _failure_message(run_dir, status),
+                            exit_status=status)
+    print(_result_summary(run_dir))
+    return 0
+
+
+def _submit_local(plan: LaunchPlan, *, detach: bool) -> int:
+    from launch.backends import local
+
     local.preflight(plan.profile)
     run_dir = runs.prepare_run_dir(plan, render_text(plan))
     print(f"run dir: {run_dir}", flush=True)
-    if args.detach:
+    if detach:
         launcher_pid = local.start_detached(plan)
         print(f"started in the background (launcher pid {launcher_pid}); follow it with: "
               f"python -m launch logs {run_dir} --follow")
@@ -196,10 +231,10 @@ def _run_dir(given: str) -> Path:
 
 
 def _status(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.backends import local
+    from launch import backends
 
     run_dir = _run_dir(args.run)
-    state = local.current_status(run_dir)
+    state = backends.status(run_dir)
     code = f" (exit status {state['exit_code']})" if "exit_code" in state else ""
     print(f"{run_dir}: {state['status']}{code}")
     if (run_dir / runs.RESULT).is_file():
@@ -208,13 +243,13 @@ def _status(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.backends import local
+    from launch import backends
 
     run_dir = _run_dir(args.run)
     path = runs.rank_log_path(run_dir, args.rank)
     position = 0
     while True:
-        running = args.follow and local.current_status(run_dir).get("status") == "running"
+        running = args.follow and backends.is_active(backends.status(run_dir))
         if path.is_file():  # read after the status check, so the last lines of a run that just ended show
             with open(path, "rb") as log:
                 log.seek(position)
@@ -231,10 +266,10 @@ def _logs(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _cancel(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.backends import local
+    from launch import backends
 
     run_dir = _run_dir(args.run)
-    if not local.cancel(run_dir):
+    if not backends.cancel(run_dir):
         raise LaunchError(f"{run_dir}: not running, nothing to cancel")
     print(f"{run_dir}: cancel requested")
     return 0

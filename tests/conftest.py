@@ -40,3 +40,32 @@ def write_idx(folder: Path, split: str, images: np.ndarray, labels: np.ndarray, 
         sink.write(struct.pack(">IIII", 2051, len(images), 28, 28) + images.astype(np.uint8).tobytes())
     with opener(folder / f"{split}-labels-idx1-ubyte{suffix}", "wb") as sink:
         sink.write(struct.pack(">II", 2049, len(labels)) + labels.astype(np.uint8).tobytes())
+
+
+CLUSTER_SCRIPT = ROOT / "tests" / "slurm" / "cluster.sh"
+
+
+def _unavailable(reason: str) -> None:
+    """Outside CI a machine without root or SLURM skips the cluster tests; in CI that is a failure."""
+    if os.environ.get("CI"):
+        pytest.fail(f"SLURM test cluster required in CI: {reason}")
+    pytest.skip(f"SLURM test cluster unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real two-node SLURM cluster (tests/slurm/cluster.sh) for the session; yields the clients' env."""
+    import shutil
+
+    if os.geteuid() != 0:
+        _unavailable("needs root (network namespaces, daemons)")
+    if not (shutil.which("slurmctld") and shutil.which("munged")):
+        _unavailable("slurm-wlm and munge are not installed (tests/slurm/cluster.sh install)")
+    state = tmp_path_factory.mktemp("slurm")
+    started = subprocess.run([str(CLUSTER_SCRIPT), "start", str(state)], capture_output=True, text=True,
+                             timeout=180)
+    if started.returncode != 0:
+        subprocess.run([str(CLUSTER_SCRIPT), "stop", str(state)], capture_output=True, timeout=120)
+        _unavailable(f"it did not start: {(started.stderr or started.stdout).strip()[-1500:]}")
+    yield {"SLURM_CONF": str(state / "slurm.conf")}
+    subprocess.run([str(CLUSTER_SCRIPT), "stop", str(state)], capture_output=True, timeout=120)

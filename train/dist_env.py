@@ -22,6 +22,8 @@ class DistEnv:
     node_rank: int = 0
     num_nodes: int = 1
     launched: bool = False  # started by a distributed launcher, even at world size 1
+    master_addr: str = ""
+    master_port: str = ""
 
     @property
     def is_main(self) -> bool:
@@ -37,7 +39,8 @@ class DistEnv:
                    world_size=world_size, local_world_size=local_world_size,
                    node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
                    num_nodes=int(env.get("GROUP_WORLD_SIZE", max(1, world_size // local_world_size))),
-                   launched="RANK" in env and "WORLD_SIZE" in env)
+                   launched="RANK" in env and "WORLD_SIZE" in env,
+                   master_addr=env.get("MASTER_ADDR", ""), master_port=env.get("MASTER_PORT", ""))
 
 
 @contextmanager

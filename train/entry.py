@@ -42,8 +42,9 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
 
 def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
     if args.run_dir or env.is_main:  # each rank's own log; only the main rank's reaches the terminal
+        rendezvous = f", rendezvous {env.master_addr}:{env.master_port}" if env.master_addr else ""
         print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
-              f"{socket.gethostname()}, pid {os.getpid()}", flush=True)
+              f"{socket.gethostname()}, pid {os.getpid()}{rendezvous}", flush=True)
     reporter = Reporter(args.run_dir, is_main=env.is_main)
     try:
         result = train(args, env, reporter)

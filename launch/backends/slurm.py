@@ -1,0 +1,130 @@
+"""Run a plan on SLURM: hand its batch script to sbatch, then follow the job through scontrol."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from launch import runs
+from launch.errors import SubmitError
+from launch.plan import LaunchPlan
+from launch.secrets import looks_secret
+
+POLL_S = 1.0
+_FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                 "BOOT_FAIL", "DEADLINE"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobState:
+    state: str  # SLURM's JobState: PENDING, RUNNING, COMPLETED, ...; UNKNOWN once SLURM forgot the job
+    exit_code: int | None = None
+    nodes: str = ""
+    reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in _FINAL_STATES or self.state == "UNKNOWN"
+
+
+def submit(plan: LaunchPlan) -> str:
+    """sbatch the plan's script; return the job id. An sbatch refusal is one line naming sbatch's reason."""
+    if not plan.submit_argv:
+        raise SubmitError(f"profile {plan.profile.name}: the plan has no batch script to submit")
+    # Secrets are not in the script: they reach the job through sbatch's environment (--export=ALL).
+    secrets = {name: value for node in plan.nodes[:1] for name, value in node.env if looks_secret(name)}
+    try:
+        done = subprocess.run(list(plan.submit_argv), capture_output=True, text=True, cwd=plan.nodes[0].cwd,
+                              env={**os.environ, **secrets}, timeout=120)
+    except FileNotFoundError:
+        raise SubmitError("sbatch: not found on this machine", "run submit where SLURM's commands are") from None
+    if done.returncode != 0:
+        raise SubmitError(f"sbatch refused the job: {_sbatch_reason(done.stderr)}")
+    job_id = done.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SubmitError(f"sbatch printed no job id: {done.stdout.strip()!r}")
+    runs.write_json_atomic(Path(plan.run_dir) / runs.STATE, {"backend": "slurm", "job_id": job_id,
+                                                             "status": "submitted", "updated": time.time()})
+    return job_id
+
+
+def _sbatch_reason(stderr: str) -> str:
+    lines = [line.removeprefix("sbatch: error: ").strip() for line in stderr.splitlines() if line.strip()]
+    return lines[0] if lines else "no reason given"
+
+
+def job_state(job_id: str) -> JobState:
+    """The job as scontrol sees it (SLURM keeps finished jobs for MinJobAge seconds)."""
+    done = subprocess.run(["scontrol", "show", "job", job_id, "--oneliner"], capture_output=True, text=True,
+                          timeout=60)
+    if done.returncode != 0:
+        return JobState(state="UNKNOWN")
+    fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+    exit_code = fields.get("ExitCode", "")
+    code, _, signal = exit_code.partition(":")
+    status = int(code) if code.isdigit() else None
+    if status == 0 and signal.isdigit() and int(signal):
+        status = 128 + int(signal)
+    return JobState(state=fields.get("JobState", "UNKNOWN"), exit_code=status, nodes=fields.get("NodeList", ""),
+                    reason=fields.get("Reason", ""))
+
+
+def follow(run_dir: Path, job_id: str) -> JobState:
+    """Report the job's state changes and stream rank 0's log until the job ends; record how it ended."""
+    log = runs.rank_log_path(run_dir, 0)
+    position, last = 0, ""
+    while True:
+        current = job_state(job_id)
+        shown = f"{current.state} on {current.nodes}" if current.state == "RUNNING" else current.state
+        if shown != last:
+            reason = f" ({current.reason})" if current.state == "PENDING" and current.reason != "None" else ""
+            print(f"job {job_id}: {shown.lower()}{reason}", flush=True)
+            last = shown
+        position = _copy_new(log, position)
+        if current.finished:
+            _copy_new(log, position)
+            _record(run_dir, job_id, current)
+            return current
+        time.sleep(POLL_S)
+
+
+def _copy_new(path: Path, position: int) -> int:
+    if not path.is_file():
+        return position
+    with open(path, "rb") as source:
+        source.seek(position)
+        chunk = source.read()
+    sys.stdout.write(chunk.decode(errors="replace"))
+    sys.stdout.flush()
+    return position + len(chunk)
+
+
+def _record(run_dir: Path, job_id: str, state: JobState) -> None:
+    status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
+    runs.write_json_atomic(run_dir / runs.STATE, {"backend": "slurm", "job_id": job_id, "status": status,
+                                                  "slurm_state": state.state, "exit_code": state.exit_code,
+                                                  "updated": time.time()})
+
+
+def current_status(run_dir: Path, state: dict[str, object]) -> dict[str, object]:
+    """The recorded state of a SLURM run, refreshed from SLURM while the job is not known to be over."""
+    job_id = str(state.get("job_id", ""))
+    if state.get("status") not in ("submitted", "running") or not job_id:
+        return state
+    current = job_state(job_id)
+    if current.finished and current.state != "UNKNOWN":
+        _record(run_dir, job_id, current)
+        return runs.read_json(run_dir / runs.STATE) or state
+    return {**state, "status": current.state.lower() if current.state != "UNKNOWN" else "unknown to SLURM",
+            "nodes": current.nodes}
+
+
+def cancel(job_id: str) -> None:
+    done = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise SubmitError(f"scancel {job_id}: {done.stderr.strip() or 'failed'}")

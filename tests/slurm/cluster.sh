@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# A real two-node SLURM cluster on one machine, for the test suite and for trying launch by hand.
+#
+#   tests/slurm/cluster.sh install          Debian's slurm-wlm and munge (apt-get)
+#   tests/slurm/cluster.sh start  [STATE]   munged + slurmctld on this host, one slurmd per network namespace
+#   tests/slurm/cluster.sh stop   [STATE]   every daemon, namespace and link it made, gone
+#
+# Each node (n1, n2) is a network namespace with its own address on a private bridge, its own hostname (UTS
+# namespace) and its own /etc/hosts (a private bind mount), so a job really spans two hosts. Clients on this
+# host talk to the cluster with SLURM_CONF=STATE/slurm.conf. STATE defaults to /tmp/launch-slurm.
+set -euo pipefail
+
+STATE=${2:-/tmp/launch-slurm}
+PREFIX=launchsl                # namespaces launchsl-n1, launchsl-n2; bridge launchsl-br
+SUBNET=10.231.77               # the test hosts' own addresses, inside namespaces made here
+CTL_ADDR=$SUBNET.1
+NODES=(n1 n2)
+CPUS_PER_NODE=2
+PORT_CTLD=16817                # not SLURM's default ports: never confused with a real cluster's daemons
+PORT_SLURMD=16818
+
+node_addr() { echo "$SUBNET.$((10 + $1))"; }   # n1 -> .11, n2 -> .12
+
+install() {
+    export DEBIAN_FRONTEND=noninteractive
+    command -v slurmctld >/dev/null && command -v munged >/dev/null && return 0
+    apt-get update -qq
+    apt-get install -y -qq slurm-wlm munge >/dev/null
+}
+
+write_config() {
+    local nodes="" i
+    for i in "${!NODES[@]}"; do
+        nodes+="NodeName=${NODES[$i]} NodeAddr=$(node_addr $((i + 1))) CPUs=$CPUS_PER_NODE RealMemory=4000 State=UNKNOWN"$'\n'
+    done
+    cat >"$STATE/slurm.conf" <<EOF
+ClusterName=launchtest
+SlurmctldHost=$(hostname -s)($CTL_ADDR)
+MailProg=/bin/true
+SlurmctldPort=$PORT_CTLD
+SlurmdPort=$PORT_SLURMD
+AuthType=auth/munge
+AuthInfo=socket=$STATE/munge/munge.socket.2,cred_expire=10
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/spool/%n
+SlurmctldPidFile=$STATE/run/slurmctld.pid
+SlurmdPidFile=$STATE/run/slurmd-%n.pid
+SlurmctldLogFile=$STATE/log/slurmctld.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+MinJobAge=300
+$nodes
+PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+start_network() {
+    ip link add "$PREFIX-br" type bridge
+    ip addr add "$CTL_ADDR/24" dev "$PREFIX-br"
+    ip link set "$PREFIX-br" up
+    local i name ns
+    for i in "${!NODES[@]}"; do
+        name=${NODES[$i]}
+        ns="$PREFIX-$name"
+        ip netns add "$ns"
+        ip link add "$PREFIX-$name" type veth peer name eth0 netns "$ns"
+        ip link set "$PREFIX-$name" master "$PREFIX-br" up
+        ip netns exec "$ns" ip addr add "$(node_addr $((i + 1)))/24" dev eth0
+        ip netns exec "$ns" ip link set eth0 up
+        ip netns exec "$ns" ip link set lo up
+        {
+            echo "127.0.0.1 localhost"
+            echo "$CTL_ADDR ctl"
+            local j
+            for j in "${!NODES[@]}"; do echo "$(node_addr $((j + 1))) ${NODES[$j]}"; done
+        } >"$STATE/hosts-$name"
+    done
+}
+
+start() {
+    command -v slurmctld >/dev/null || { echo "slurm-wlm is not installed: $0 install" >&2; exit 3; }
+    [ -e "$STATE/slurm.conf" ] && stop
+    mkdir -p "$STATE"/{ctld,run,log,munge} "${NODES[@]/#/$STATE/spool/}"
+    dd if=/dev/urandom of="$STATE/munge/munge.key" bs=1024 count=1 status=none
+    chmod 400 "$STATE/munge/munge.key"
+    munged --force --key-file="$STATE/munge/munge.key" --socket="$STATE/munge/munge.socket.2" \
+        --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/seed"
+    write_config
+    start_network
+    export SLURM_CONF=$STATE/slurm.conf
+    slurmctld -f "$SLURM_CONF"
+    local name
+    for name in "${NODES[@]}"; do
+        # The node's network namespace, plus its own hostname (UTS) and /etc/hosts (a private mount), so
+        # the node's processes see themselves as $name. (Not `ip netns exec`: it remounts /sys, hiding the
+        # cgroup file systems slurmd needs.)
+        nsenter --net="/run/netns/$PREFIX-$name" unshare --mount --uts -- sh -c \
+            "mount --bind '$STATE/hosts-$name' /etc/hosts && hostname $name && exec slurmd -f '$SLURM_CONF' -N $name"
+    done
+    wait_until_idle
+}
+
+wait_until_idle() {
+    local tries
+    for tries in $(seq 1 60); do
+        if [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" = "${#NODES[@]}" ]; then
+            echo "SLURM test cluster up: SLURM_CONF=$STATE/slurm.conf (${NODES[*]})"
+            return 0
+        fi
+        sleep 0.5
+    done
+    echo "SLURM test cluster did not come up; logs in $STATE/log" >&2
+    sinfo -N >&2 || true
+    tail -n 20 "$STATE"/log/*.log >&2 || true
+    return 1
+}
+
+stop_pid() {  # a daemon by its pid file: TERM, then KILL if it lingers
+    local file=$1 pid
+    [ -f "$file" ] || return 0
+    pid=$(cat "$file")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$file"
+}
+
+stop() {
+    local name ns pid
+    for name in "${NODES[@]}"; do
+        ns="$PREFIX-$name"
+        stop_pid "$STATE/run/slurmd-$name.pid"
+        # Anything still running in the node (a job step's processes) goes with it.
+        if ip netns list | grep -qw "$ns"; then
+            for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+            ip netns del "$ns"
+        fi
+        ip link del "$PREFIX-$name" 2>/dev/null || true
+    done
+    stop_pid "$STATE/run/slurmctld.pid"
+    stop_pid "$STATE/run/munged.pid"
+    ip link del "$PREFIX-br" 2>/dev/null || true
+    rm -rf "$STATE"
+}
+
+case ${1:-} in
+    install) install ;;
+    start) start ;;
+    stop) stop ;;
+    *) echo "usage: $0 install|start|stop [STATE_DIR]" >&2; exit 2 ;;
+esac
