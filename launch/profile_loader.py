@@ -14,7 +14,7 @@ import yaml
 from launch.errors import ConfigError, did_you_mean
 from launch.profile import Profile, SlurmSection
 from launch.rendezvous import TORCH_CONTRACT
-from launch.sbatch import managed_option
+from launch.sbatch import SBATCH_OPTIONS, managed_option
 
 def _bundled_dir() -> Path:
     """cluster_configs/ beside the package in a checkout, or inside it once installed from a wheel."""
@@ -358,6 +358,8 @@ def _check_sbatch_text(slurm: SlurmSection) -> list[str]:
             problems.append(f"{where}: not an sbatch long option name (lowercase, like 'mail-type')")
         elif source := managed_option(option):
             problems.append(f"{where}: set by launch from {source}; set it there")
+        elif option not in SBATCH_OPTIONS:
+            problems.append(f"{where}: not an sbatch option;{did_you_mean(option, SBATCH_OPTIONS)} see `man sbatch`")
         if _CONTROL.search(value):
             problems.append(f"{where}: must be a single line without control characters")
     return problems

@@ -25,6 +25,22 @@ MANAGED_OPTIONS = {"job-name": "the profile and strategy names", "nodes": "nodes
                    "gpus": "slurm.gpus_per_node", "gres": "slurm.gpus_per_node",
                    "gpus-per-task": "slurm.gpus_per_node", "constraint": "slurm.constraint",
                    "exclusive": "slurm.exclusive"}
+# sbatch's long options (Slurm 22.05's man page, less help/usage/version and the ones for the terminal), so a
+# typo in extra_sbatch is a profile error, not an sbatch error after submission.
+SBATCH_OPTIONS = frozenset({
+    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster-constraint", "clusters",
+    "comment", "constraint", "container", "contiguous", "core-spec", "cores-per-socket", "cpu-freq",
+    "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "error", "exclude", "exclusive",
+    "export", "export-file", "extra-node-info", "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus",
+    "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "hold", "ignore-pbs",
+    "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
+    "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill", "no-requeue",
+    "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
+    "ntasks-per-socket", "open-mode", "output", "overcommit", "oversubscribe", "partition", "power", "prefer",
+    "priority", "profile", "propagate", "qos", "reboot", "requeue", "reservation", "signal",
+    "sockets-per-node", "spread-job", "switches", "thread-spec", "threads-per-core", "time", "time-min", "tmp",
+    "uid", "use-min-nodes", "wait-all-nodes", "wckey",
+})
 _UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
 
 

@@ -100,6 +100,8 @@ BAD_PROFILES = [
     ("kind: slurm\nslurm:\n  extra_sbatch:\n    partitio: debug\n",
      ["slurm.extra_sbatch.partitio: set by launch from slurm.partition"]),
     ("kind: slurm\nslurm:\n  extra_sbatch:\n    gres: gpu:4\n", ["slurm.extra_sbatch.gres: set by launch"]),
+    ("kind: slurm\nslurm:\n  extra_sbatch:\n    mail-typ: ALL\n",
+     ["slurm.extra_sbatch.mail-typ: not an sbatch option; did you mean 'mail-type'?"]),
     ("kind: slurm\nnodes: 3000000\nslurm: {}\n", ["nodes: must be between 1 and 10000, got 3000000"]),
 ]
 
