@@ -14,7 +14,7 @@ import yaml
 
 from launch import runs
 from launch.errors import LaunchError, SubmitError, WorkerFailure
-from launch.plan import LaunchPlan, build_plan
+from launch.plan import LAUNCHERS, LaunchPlan, build_plan
 from launch.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
 from launch.render import render_text
 from launch.strategies import STRATEGIES
@@ -36,16 +36,17 @@ def _parser() -> argparse.ArgumentParser:
     profiles.add_argument("name", nargs="?", help="a bundled profile name or a YAML path")
     for name, text in (("render", "print the plan without running anything"), ("submit", "run the plan")):
         command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P --strategy S "
-                                      "[--run-dir D]" + (" [--detach]" if name == "submit" else "")
+                                      "[--run-dir D] [--launcher submitit|sbatch]" + (" [--detach]" if name == "submit" else "")
                                       + " [-- TRAIN_ARGS]")
         command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
         command.add_argument("--strategy", required=True, help="; ".join(
             f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()))
         command.add_argument("--run-dir", help="run folder (default: a new one under runs/)")
+        command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
+                             help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
+                                  "batch script whose task per node runs torchrun / accelerate launch)")
         if name == "submit":
             command.add_argument("--detach", action="store_true", help="start in the background and return")
-            command.add_argument("--launcher", choices=("sbatch",), default="sbatch",
-                                 help="SLURM profiles: how the job is handed to SLURM (the sbatch script render shows)")
     config = commands.add_parser("accelerate-config", help="print or write an accelerate config for a profile")
     config.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
     config.add_argument("--machine-rank", type=int, default=0, help="this machine's rank (default 0)")
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
                        ("cancel", "stop a running job")):
         command = commands.add_parser(name, help=text)
-        command.add_argument("run", help="the run folder (or its name under runs/)")
+        command.add_argument("run", help="the run folder, its name under runs/, or its SLURM job id")
         if name == "logs":
             command.add_argument("--rank", type=int, default=0)
             command.add_argument("--follow", action="store_true", help="keep printing until the run ends")
@@ -115,7 +116,7 @@ def _plan(args: argparse.Namespace, train_argv: list[str], *, for_submit: bool) 
     else:  # render stays repeatable: the time is filled in when the job is submitted
         run_dir = Path("runs") / f"{profile.name}-{args.strategy}-{RUN_TIME_PLACEHOLDER}"
     return build_plan(profile, args.strategy, train_args, run_dir=str(run_dir.absolute()),
-                      python=sys.executable, workdir=str(Path.cwd()))
+                      python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher)
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
@@ -224,10 +225,16 @@ def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _run_dir(given: str) -> Path:
+    """A run folder, its name under runs/, or the SLURM job id of a run under runs/."""
     for candidate in (Path(given), Path("runs") / given):
         if (candidate / runs.PLAN_TEXT).is_file():
             return candidate
-    raise LaunchError(f"{given}: not a run folder (no {runs.PLAN_TEXT})", "give the folder `submit` printed")
+    if given.isdigit():
+        for state_file in sorted(Path("runs").glob(f"*/{runs.STATE}")):
+            if str((runs.read_json(state_file) or {}).get("job_id")) == given:
+                return state_file.parent
+    raise LaunchError(f"{given}: not a run folder (no {runs.PLAN_TEXT}) nor the job id of a run under runs/",
+                      "give the folder or job id `submit` printed")
 
 
 def _status(args: argparse.Namespace, _: list[str]) -> int:

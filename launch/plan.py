@@ -15,6 +15,7 @@ from launch.profile import Profile
 from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
 from launch.shell import Arg, EnvRef
 from launch.strategies import NodeContext, get_strategy
+from launch.submitit_job import SubmititJob, submitit_job
 from train.args import TrainArgs
 
 
@@ -46,15 +47,23 @@ class LaunchPlan:
     nodes: tuple[NodeCommand, ...]
     files: tuple[PlanFile, ...] = ()
     submit_argv: tuple[str, ...] = ()  # how the backend hands the files to a scheduler, if it does
+    submitit: SubmititJob | None = None  # SLURM through submitit: one task per process, no node commands
 
     @property
     def world_size(self) -> int:
         return self.profile.world_size
 
 
+LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
+
+
 def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_dir: str, python: str,
-               workdir: str) -> LaunchPlan:
-    """The plan for ``strategy`` on ``profile``; ``run_dir``, ``python`` and ``workdir`` are absolute paths."""
+               workdir: str, launcher: str = "submitit") -> LaunchPlan:
+    """The plan for ``strategy`` on ``profile``; ``run_dir``, ``python`` and ``workdir`` are absolute paths.
+
+    On SLURM, ``launcher`` submitit runs one task per process that calls the entrypoint in-process;
+    sbatch runs one task per node that starts the strategy's launcher (torchrun, accelerate launch).
+    """
     chosen = get_strategy(strategy)
     if profile.kind == "tpu":
         raise LaunchError(f"{profile.source}: kind: tpu profiles cannot be launched yet (they come with the "
@@ -70,6 +79,10 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     files = tuple(PlanFile(path=path, text=text) for path, text in chosen.files(profile, run_dir))
     plan = LaunchPlan(profile=profile, strategy=strategy, train_args=args, run_dir=run_dir, nodes=nodes,
                       files=files)
+    if profile.kind == "slurm" and launcher == "submitit":
+        return replace(plan, nodes=(), files=(), submitit=submitit_job(
+            profile, job_name=f"{profile.name}-{strategy}", run_dir=run_dir, entry_module=chosen.entry_module,
+            train_argv=args.to_argv(), env=env))
     if profile.kind == "slurm":
         script = sbatch.render_script(plan.profile, plan.nodes[0], job_name=f"{profile.name}-{strategy}",
                                       run_dir=run_dir)

@@ -8,6 +8,19 @@ from itertools import groupby
 from launch import shell
 from launch.plan import LaunchPlan
 from launch.secrets import mask
+from launch.submitit_job import SubmititJob
+
+def _submitit_text(job: SubmititJob, tasks: int) -> list[str]:
+    out = ["", f"submitit job: {tasks} SLURM tasks, one per training process (folder {job.folder})",
+           "  sbatch parameters (submitit.SlurmExecutor):"]
+    out += [f"    {key} = {value!r}" for key, value in job.parameters]
+    out += ["  each task sets, from submitit's JobEnvironment (SLURM's variables):"]
+    out += [f"    {name} = {source}" for name, source in job.derivation()]
+    out += ["  and adds:"] + [f"    {name}={mask(name, value)}" for name, value in job.env]
+    out += ["  then calls, in the task's own process:",
+            f"    {job.entry_module}.main({list(job.train_argv)!r})"]
+    return out
+
 
 def render_text(plan: LaunchPlan) -> str:
     profile = plan.profile
@@ -29,4 +42,6 @@ def render_text(plan: LaunchPlan) -> str:
         out += ["", f"file {file.path}:"] + [f"  {line}" for line in file.text.splitlines()]
     if plan.submit_argv:
         out += ["", f"submitted with: {shlex.join(plan.submit_argv)}"]
+    if plan.submitit is not None:
+        out += _submitit_text(plan.submitit, profile.world_size)
     return "\n".join(out) + "\n"

@@ -47,7 +47,7 @@ def test_tpu_config_carries_the_tpu_fields() -> None:
 
 def test_multi_node_rank_and_head_come_from_the_job_not_the_file() -> None:
     profile = load_profile("slurm-local-2x2")
-    plan = build_plan(profile, "accelerate", TrainArgs(), run_dir="/r", python="py", workdir="/w")
+    plan = build_plan(profile, "accelerate", TrainArgs(), run_dir="/r", python="py", workdir="/w", launcher="sbatch")
     config_file, script = plan.files
     assert config_file.path == "/r/accelerate_config.yaml"
     assert yaml.safe_load(config_file.text)["num_machines"] == 2

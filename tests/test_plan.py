@@ -24,9 +24,10 @@ PYTHON = "/opt/venv/bin/python"
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def plan_for(profile: str, train_args: TrainArgs | None = None, run_dir: str = "/runs/r1"):  # type: ignore[no-untyped-def]
+def plan_for(profile: str, train_args: TrainArgs | None = None, run_dir: str = "/runs/r1",  # type: ignore[no-untyped-def]
+             launcher: str = "sbatch"):
     return build_plan(load_profile(profile), "ddp", train_args or TrainArgs(), run_dir=run_dir, python=PYTHON,
-                      workdir="/project")
+                      workdir="/project", launcher=launcher)
 
 
 def test_local_cpu_plan_is_one_torchrun_node_with_two_processes() -> None:
@@ -131,7 +132,8 @@ def test_slurm_run_dirs_that_sbatch_directives_cannot_hold_are_refused() -> None
 
 def test_secrets_are_never_written_into_the_sbatch_script(write_profile) -> None:  # type: ignore[no-untyped-def]
     path = write_profile("extends: slurm-local-2x2\nenv:\n  HF_TOKEN: hunter2\n")
-    plan = build_plan(load_profile(str(path)), "ddp", TrainArgs(), run_dir="/r", python="py", workdir="/w")
+    plan = build_plan(load_profile(str(path)), "ddp", TrainArgs(), run_dir="/r", python="py", workdir="/w",
+                      launcher="sbatch")
     (script,) = plan.files
     assert "hunter2" not in script.text and "HF_TOKEN" in script.text
     assert dict(plan.nodes[0].env)["HF_TOKEN"] == "hunter2", "the worker still gets it, through the environment"
@@ -142,6 +144,45 @@ def test_secrets_are_never_written_into_the_sbatch_script(write_profile) -> None
                                               ("MONKEY_PATCH", False), ("NCCL_DEBUG", False)])
 def test_secret_names_are_whole_words(name: str, secret: bool) -> None:
     assert looks_secret(name) is secret
+
+
+def test_submitit_plan_is_one_task_per_process_calling_the_entrypoint(write_profile) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile("extends: slurm-2x4\nenv:\n  HF_TOKEN: hunter2\nslurm:\n  extra_sbatch:\n    comment: x\n")
+    plan = build_plan(load_profile(str(path)), "accelerate", TrainArgs(), run_dir="/r", python="py",
+                      workdir="/w")
+    job = plan.submitit
+    assert job is not None and plan.nodes == () and plan.files == ()
+    parameters = dict(job.parameters)
+    assert (parameters["nodes"], parameters["ntasks_per_node"], parameters["gpus_per_node"]) == (2, 4, 4)
+    assert parameters["cpus_per_task"] == 8 and parameters["mem"] == "200GB" and parameters["time"] == 120
+    assert parameters["additional_parameters"] == {"comment": "x"}
+    assert job.entry_module == "train.accelerated" and job.folder == "/r/submitit"
+    text = render_text(plan)
+    assert "RANK = SLURM_PROCID" in text and "MASTER_PORT = 20000 + SLURM_JOB_ID % 10000" in text
+    assert "train.accelerated.main(['--run-dir', '/r'" in text
+    assert "HF_TOKEN=****" in text and "hunter2" not in text
+
+
+def test_each_task_derives_the_same_rendezvous_and_its_own_rank() -> None:
+    from launch.bootstrap import TaskFacts, torch_contract
+
+    contracts = [torch_contract(TaskFacts(job_id="4242", global_rank=rank, local_rank=rank % 2, num_tasks=4,
+                                          num_nodes=2, node=rank // 2, hostnames=("n1", "n2")),
+                                port=None, head_address="10.0.0.1") for rank in range(4)]
+    assert {(c["MASTER_ADDR"], c["MASTER_PORT"], c["WORLD_SIZE"], c["LOCAL_WORLD_SIZE"]) for c in contracts} == \
+        {("10.0.0.1", str(port_for_job(4242)), "4", "2")}
+    assert [(c["RANK"], c["LOCAL_RANK"], c["NODE_RANK"]) for c in contracts] == \
+        [("0", "0", "0"), ("1", "1", "0"), ("2", "0", "1"), ("3", "1", "1")]
+    fixed = torch_contract(TaskFacts(job_id="7", global_rank=0, local_rank=0, num_tasks=1, num_nodes=1, node=0,
+                                     hostnames=("a",)), port=29600, head_address="a")
+    assert fixed["MASTER_PORT"] == "29600"
+
+
+def test_an_unresolvable_head_node_fails_at_once_with_its_name() -> None:
+    from launch.bootstrap import RendezvousError, resolve_head
+
+    with pytest.raises(RendezvousError, match="cannot resolve the head node 'no-such-host.invalid'"):
+        resolve_head("no-such-host.invalid")
 
 
 def test_port_formula_agrees_with_its_shell_form() -> None:
@@ -163,7 +204,7 @@ def test_literal_arguments_survive_the_shell_verbatim(hostile: str) -> None:
 def test_render_shows_every_node_command_env_and_script(tmp_path: Path) -> None:
     run_dir = tmp_path / "x"
     result = run_cli("render", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir", str(run_dir),
-                     "--", "--max-steps", "5")
+                     "--launcher", "sbatch", "--", "--max-steps", "5")
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert text.count("torch.distributed.run") == 2  # both nodes' shared command, and the script's srun line

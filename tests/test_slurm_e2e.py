@@ -23,11 +23,13 @@ def rank_banners(run_dir: Path) -> list[tuple[str, ...]]:
             for path in sorted((run_dir / "logs").glob("rank-*.log"))]
 
 
+@pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
 @pytest.mark.parametrize("strategy", ["ddp", "accelerate", "trainer"])
-def test_a_job_spans_two_nodes_with_world_size_4(slurm_cluster, tmp_path: Path, strategy: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_job_spans_two_nodes_with_world_size_4(slurm_cluster, tmp_path: Path, strategy: str,  # type: ignore[no-untyped-def]
+                                                 launcher: str) -> None:
     run_dir = tmp_path / "run"
     result = run_cli("submit", "--profile", "slurm-local-2x2", "--strategy", strategy, "--run-dir", str(run_dir),
-                     "--", "--max-steps", "12", "--log-every", "6", env=slurm_cluster)
+                     "--launcher", launcher, "--", "--max-steps", "12", "--log-every", "6", env=slurm_cluster)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert re.search(r"job \d+ submitted", result.stdout) and "running on n[1-2]" in result.stdout
     outcome = json.loads((run_dir / "result.json").read_text())
@@ -50,8 +52,14 @@ def test_cancel_stops_the_job_on_both_nodes(slurm_cluster, tmp_path: Path) -> No
     logs = [run_dir / "logs" / f"rank-{rank}.log" for rank in range(4)]
     assert _wait_for(lambda: all(log.is_file() for log in logs) and "step 5/" in logs[0].read_text(), 120)
     assert ": running" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
-    assert len(_processes_mentioning(str(run_dir))) >= 6  # two torchruns, four workers
-    cancelled = run_cli("cancel", str(run_dir), env=slurm_cluster)
+    assert len(_processes_mentioning(str(run_dir))) >= 4  # four tasks (submitit: one per process)
+    job_id = re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
+    by_id = run_cli("status", job_id, env=slurm_cluster, cwd=tmp_path)  # run folders under ./runs by job id
+    assert by_id.returncode == 2 and "nor the job id" in by_id.stderr, "this run is not under runs/"
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "mine").symlink_to(run_dir)
+    assert ": running" in run_cli("status", job_id, env=slurm_cluster, cwd=tmp_path).stdout
+    cancelled = run_cli("cancel", job_id, env=slurm_cluster, cwd=tmp_path)
     assert cancelled.returncode == 0, cancelled.stderr
     assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 60), "processes left on a node"
     assert _wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, 30)
@@ -69,12 +77,13 @@ def test_logs_follow_streams_until_the_job_ends(slurm_cluster, tmp_path: Path) -
     assert time.monotonic() - begun < 240
 
 
+@pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
 def test_an_sbatch_refusal_is_one_line_and_leaves_no_run_folder(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
-                                                                tmp_path: Path) -> None:
+                                                                tmp_path: Path, launcher: str) -> None:
     profile = write_profile("extends: slurm-local-2x2\nslurm:\n  partition: nope\n")
     run_dir = tmp_path / "run"
     result = run_cli("submit", "--profile", str(profile), "--strategy", "ddp", "--run-dir", str(run_dir),
-                     env=slurm_cluster)
+                     "--launcher", launcher, env=slurm_cluster)
     assert result.returncode == 2
     assert result.stderr.strip() == "launch: error: sbatch refused the job: invalid partition specified: nope"
     assert not run_dir.exists()

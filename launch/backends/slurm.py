@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,11 +35,64 @@ class JobState:
 
 
 def submit(plan: LaunchPlan) -> str:
-    """sbatch the plan's script; return the job id. An sbatch refusal is one line naming sbatch's reason."""
+    """Hand the plan to SLURM (through submitit, or sbatch and the plan's script); return the job id.
+
+    An sbatch refusal is one line naming sbatch's reason. Secrets are in no file: they reach the job
+    through sbatch's environment (--export=ALL).
+    """
+    job_id = _submit_submitit(plan) if plan.submitit is not None else _submit_script(plan)
+    runs.write_json_atomic(Path(plan.run_dir) / runs.STATE, {"backend": "slurm", "job_id": job_id,
+                                                             "status": "submitted", "updated": time.time()})
+    return job_id
+
+
+def _secrets(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    return {name: value for name, value in env if looks_secret(name)}
+
+
+def _submit_submitit(plan: LaunchPlan) -> str:
+    import submitit
+
+    from launch.bootstrap import Bootstrap
+
+    spec = plan.submitit
+    assert spec is not None  # noqa: S101 - checked by the caller
+    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=0)
+    executor.update_parameters(**dict(spec.parameters))
+    public = tuple((name, value) for name, value in spec.env if not looks_secret(name))  # pickled to disk
+    task = Bootstrap(entry_module=spec.entry_module, train_argv=spec.train_argv, env=public, port=spec.port)
+    previous = dict(os.environ)
+    os.environ.update(_secrets(spec.env))
+    try:
+        with _quiet_stderr():
+            return str(executor.submit(task).job_id)
+    except FileNotFoundError:
+        raise SubmitError("sbatch: not found on this machine", "run submit where SLURM's commands are") from None
+    except Exception as error:  # submitit raises FailedJobError with sbatch's stderr as its message
+        raise SubmitError(f"sbatch refused the job: {_sbatch_reason(str(error))}") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(previous)
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """submitit echoes sbatch's stderr as well as raising it: silence the echo, so a refusal stays one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "wb") as sink:
+        os.dup2(sink.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _submit_script(plan: LaunchPlan) -> str:
     if not plan.submit_argv:
         raise SubmitError(f"profile {plan.profile.name}: the plan has no batch script to submit")
-    # Secrets are not in the script: they reach the job through sbatch's environment (--export=ALL).
-    secrets = {name: value for node in plan.nodes[:1] for name, value in node.env if looks_secret(name)}
+    secrets = _secrets(plan.nodes[0].env)
     try:
         done = subprocess.run(list(plan.submit_argv), capture_output=True, text=True, cwd=plan.nodes[0].cwd,
                               env={**os.environ, **secrets}, timeout=120)
@@ -48,13 +103,15 @@ def submit(plan: LaunchPlan) -> str:
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise SubmitError(f"sbatch printed no job id: {done.stdout.strip()!r}")
-    runs.write_json_atomic(Path(plan.run_dir) / runs.STATE, {"backend": "slurm", "job_id": job_id,
-                                                             "status": "submitted", "updated": time.time()})
     return job_id
 
 
-def _sbatch_reason(stderr: str) -> str:
-    lines = [line.removeprefix("sbatch: error: ").strip() for line in stderr.splitlines() if line.strip()]
+def _sbatch_reason(text: str) -> str:
+    """sbatch's first error line, wherever it sits in the text (sbatch's stderr, or submitit's message)."""
+    errors = re.findall(r"sbatch: error: (.+)", text)
+    if errors:
+        return errors[0].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else "no reason given"
 
 
@@ -80,14 +137,13 @@ def follow(run_dir: Path, job_id: str) -> JobState:
     position, last = 0, ""
     while True:
         current = job_state(job_id)
+        position = _copy_new(log, position)  # after the state: a job seen finished has written its log
         shown = f"{current.state} on {current.nodes}" if current.state == "RUNNING" else current.state
         if shown != last:
             reason = f" ({current.reason})" if current.state == "PENDING" and current.reason != "None" else ""
             print(f"job {job_id}: {shown.lower()}{reason}", flush=True)
             last = shown
-        position = _copy_new(log, position)
         if current.finished:
-            _copy_new(log, position)
             _record(run_dir, job_id, current)
             return current
         time.sleep(POLL_S)

@@ -1,0 +1,77 @@
+"""The in-job shim of the submitit launcher: scheduler facts -> torch's contract -> the entrypoint, in-process.
+
+submitit runs one task per training process. Each task reads who it is from submitit's JobEnvironment (SLURM's
+variables), sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT, and
+calls the entrypoint's ``main(argv)``. Every task derives the same head node and port, so none waits for a
+rendezvous that is elsewhere.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import socket
+from dataclasses import dataclass
+
+from launch.rendezvous import port_for_job
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskFacts:
+    """What the scheduler says about one task."""
+
+    job_id: str
+    global_rank: int
+    local_rank: int
+    num_tasks: int
+    num_nodes: int
+    node: int
+    hostnames: tuple[str, ...]
+
+
+class RendezvousError(RuntimeError):
+    """The head node cannot be turned into an address: the job would hang, so it stops here."""
+
+
+def torch_contract(facts: TaskFacts, *, port: int | None, head_address: str) -> dict[str, str]:
+    """torch.distributed's variables for a task; ``port`` None takes the job-id formula."""
+    job_number = int("".join(ch for ch in facts.job_id.split("_")[0] if ch.isdigit()) or 0)
+    return {"RANK": str(facts.global_rank), "LOCAL_RANK": str(facts.local_rank),
+            "WORLD_SIZE": str(facts.num_tasks), "LOCAL_WORLD_SIZE": str(facts.num_tasks // facts.num_nodes),
+            "NODE_RANK": str(facts.node), "GROUP_RANK": str(facts.node), "GROUP_WORLD_SIZE": str(facts.num_nodes),
+            "MASTER_ADDR": head_address, "MASTER_PORT": str(port if port is not None else port_for_job(job_number))}
+
+
+def resolve_head(hostname: str) -> str:
+    """The head node's address as the other nodes reach it."""
+    try:
+        return socket.gethostbyname(hostname)
+    except OSError as error:
+        raise RendezvousError(f"cannot resolve the head node {hostname!r} ({error}); set the profile's "
+                              "network_interface or fix name resolution on the nodes") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap:
+    """The callable submitit pickles and runs in every task."""
+
+    entry_module: str
+    train_argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # the plan's worker variables (secrets travel through sbatch, not here)
+    port: int | None
+
+    def __call__(self) -> int:
+        import submitit
+
+        job = submitit.JobEnvironment()
+        facts = TaskFacts(job_id=str(job.job_id), global_rank=job.global_rank, local_rank=job.local_rank,
+                          num_tasks=job.num_tasks, num_nodes=job.num_nodes, node=job.node,
+                          hostnames=tuple(job.hostnames))
+        os.environ.update(dict(self.env))
+        os.environ.update(torch_contract(facts, port=self.port, head_address=resolve_head(facts.hostnames[0])))
+        status = importlib.import_module(self.entry_module).main(list(self.train_argv))
+        # The result is written; skip interpreter teardown, where gloo's threads can abort a finished task
+        # (see train.entry.exit_worker). submitit has pickled our return value by the time atexit runs.
+        atexit.register(os._exit, 0)
+        return int(status)

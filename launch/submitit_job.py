@@ -1,0 +1,51 @@
+"""The submitit form of a SLURM plan: executor parameters, one task per process, and the call each task makes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from launch.profile import Profile
+from launch.rendezvous import PORT_BASE, PORT_SPAN
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmititJob:
+    """Everything submitit is given: the folder, ``SlurmExecutor`` parameters and the task's entrypoint call."""
+
+    folder: str
+    parameters: tuple[tuple[str, object], ...]
+    entry_module: str
+    train_argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    port: int | None
+
+    def derivation(self) -> tuple[tuple[str, str], ...]:
+        """How each task sets torch's variables, for people reading the plan."""
+        port = str(self.port) if self.port is not None else f"{PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}"
+        return (("RANK", "SLURM_PROCID"), ("LOCAL_RANK", "SLURM_LOCALID"), ("WORLD_SIZE", "SLURM_NTASKS"),
+                ("LOCAL_WORLD_SIZE", "SLURM_NTASKS / SLURM_JOB_NUM_NODES"), ("NODE_RANK", "SLURM_NODEID"),
+                ("MASTER_ADDR", "address of the first host in SLURM_JOB_NODELIST"), ("MASTER_PORT", port))
+
+
+def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, object], ...]:
+    """``submitit.SlurmExecutor.update_parameters`` arguments: one task per training process."""
+    slurm = profile.slurm
+    if slurm is None:
+        raise ValueError(f"profile {profile.name} has no slurm section")
+    gpus = slurm.gpus_per_node if slurm.gpus_per_node is not None else (
+        profile.procs_per_node if profile.device == "cuda" else None)
+    optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
+                "cpus_per_task": slurm.cpus_per_task, "gpus_per_node": gpus or None,
+                "mem": f"{slurm.mem_gb}GB" if slurm.mem_gb else None, "constraint": slurm.constraint,
+                "exclusive": True if slurm.exclusive else None,
+                "additional_parameters": dict(slurm.extra_sbatch) or None}
+    return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
+            ("time", slurm.time_min), *((key, value) for key, value in optional.items() if value is not None))
+
+
+def submitit_job(profile: Profile, *, job_name: str, run_dir: str, entry_module: str,
+                 train_argv: tuple[str, ...], env: tuple[tuple[str, str], ...]) -> SubmititJob:
+    return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
+                       parameters=executor_parameters(profile, job_name=job_name), entry_module=entry_module,
+                       train_argv=train_argv, env=env, port=profile.rendezvous.port)
