@@ -40,8 +40,10 @@ def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, 
                 "mem": f"{slurm.mem_gb}GB" if slurm.mem_gb else None, "constraint": slurm.constraint,
                 "exclusive": True if slurm.exclusive else None,
                 "additional_parameters": dict(slurm.extra_sbatch) or None}
+    # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout.
     return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
-            ("time", slurm.time_min), *((key, value) for key, value in optional.items() if value is not None))
+            ("time", slurm.time_min), ("srun_args", ["--kill-on-bad-exit=1"]),
+            *((key, value) for key, value in optional.items() if value is not None))
 
 
 def submitit_job(profile: Profile, *, job_name: str, run_dir: str, entry_module: str,

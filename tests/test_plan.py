@@ -156,6 +156,7 @@ def test_submitit_plan_is_one_task_per_process_calling_the_entrypoint(write_prof
     assert (parameters["nodes"], parameters["ntasks_per_node"], parameters["gpus_per_node"]) == (2, 4, 4)
     assert parameters["cpus_per_task"] == 8 and parameters["mem"] == "200GB" and parameters["time"] == 120
     assert parameters["additional_parameters"] == {"comment": "x"}
+    assert parameters["srun_args"] == ["--kill-on-bad-exit=1"], "one dead task must end the job"
     assert job.entry_module == "train.accelerated" and job.folder == "/r/submitit"
     text = render_text(plan)
     assert "RANK = SLURM_PROCID" in text and "MASTER_PORT = 20000 + SLURM_JOB_ID % 10000" in text

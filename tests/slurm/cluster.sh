@@ -56,6 +56,7 @@ JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
 MpiDefault=none
 ReturnToService=2
 SlurmctldTimeout=30
@@ -141,6 +142,11 @@ stop_pid() {  # a daemon by its pid file: TERM, then KILL if it lingers
 
 stop() {
     local name ns pid
+    # Jobs first: stopped daemons would leave their processes behind.
+    if [ -f "$STATE/slurm.conf" ]; then
+        SLURM_CONF=$STATE/slurm.conf scancel --full --quiet "--user=$(id -un)" 2>/dev/null || true
+        sleep 1
+    fi
     for name in "${NODES[@]}"; do
         ns="$PREFIX-$name"
         stop_pid "$STATE/run/slurmd-$name.pid"
