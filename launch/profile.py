@@ -71,6 +71,12 @@ class Profile:
         return self.nodes * self.procs_per_node
 
     @property
+    def gpus_per_node(self) -> int | None:
+        """GPUs to ask of SLURM per node: the profile's number, else one per process on cuda."""
+        asked = self.slurm.gpus_per_node if self.slurm is not None else None
+        return asked if asked is not None else (self.procs_per_node if self.device == "cuda" else None)
+
+    @property
     def dist_backend(self) -> str:
         """The torch.distributed backend: the profile's choice, or the usual one for its device."""
         return self.backend if self.backend != "auto" else default_dist_backend(self.device)

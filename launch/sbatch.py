@@ -57,8 +57,7 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
     slurm = profile.slurm
     if slurm is None:
         raise ValueError(f"profile {profile.name} has no slurm section")
-    gpus = slurm.gpus_per_node if slurm.gpus_per_node is not None else (
-        profile.procs_per_node if profile.device == "cuda" else None)
+    gpus = profile.gpus_per_node
     if _UNSAFE_IN_DIRECTIVES & set(run_dir):
         raise LaunchError(f"--run-dir {run_dir}: a SLURM run folder cannot hold spaces, quotes, '\\' or '%' "
                           "(sbatch reads it from #SBATCH lines)")

@@ -33,8 +33,7 @@ def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, 
     slurm = profile.slurm
     if slurm is None:
         raise ValueError(f"profile {profile.name} has no slurm section")
-    gpus = slurm.gpus_per_node if slurm.gpus_per_node is not None else (
-        profile.procs_per_node if profile.device == "cuda" else None)
+    gpus = profile.gpus_per_node
     optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
                 "cpus_per_task": slurm.cpus_per_task, "gpus_per_node": gpus or None,
                 "mem": f"{slurm.mem_gb}GB" if slurm.mem_gb else None, "constraint": slurm.constraint,
