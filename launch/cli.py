@@ -257,13 +257,8 @@ def _logs(args: argparse.Namespace, _: list[str]) -> int:
     position = 0
     while True:
         running = args.follow and backends.is_active(backends.status(run_dir))
-        if path.is_file():  # read after the status check, so the last lines of a run that just ended show
-            with open(path, "rb") as log:
-                log.seek(position)
-                chunk = log.read()
-            position += len(chunk)
-            sys.stdout.write(chunk.decode(errors="replace"))
-            sys.stdout.flush()
+        # Read after the status check, so the last lines of a run that just ended show.
+        position = runs.copy_new_output(path, position)
         if not running:
             break
         time.sleep(0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from launch.plan import LaunchPlan
 from train.layout import LOGS, PLAN_TEXT, RESULT, STATE, failure_path, rank_log_path, read_json, write_json_atomic
 
 # The layout itself is train.layout's (the jobs write into the same folder); re-exported for the host side.
-__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "default_run_dir", "first_failure", "prepare_run_dir",
+__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "default_run_dir", "first_failure", "prepare_run_dir",
            "rank_log_path", "read_json", "write_json_atomic"]
 
 
@@ -45,6 +46,18 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str) -> Path:
     except OSError as error:
         raise SubmitError(f"--run-dir {run_dir}: cannot write there ({error.strerror})") from None
     return run_dir
+
+
+def copy_new_output(path: Path, position: int) -> int:
+    """Print what ``path`` gained since byte ``position`` (a log being written); return the new position."""
+    if not path.is_file():
+        return position
+    with open(path, "rb") as source:
+        source.seek(position)
+        chunk = source.read()
+    sys.stdout.write(chunk.decode(errors="replace"))
+    sys.stdout.flush()
+    return position + len(chunk)
 
 
 def first_failure(run_dir: Path) -> dict[str, Any] | None:

@@ -137,7 +137,7 @@ def follow(run_dir: Path, job_id: str) -> JobState:
     position, last = 0, ""
     while True:
         current = job_state(job_id)
-        position = _copy_new(log, position)  # after the state: a job seen finished has written its log
+        position = runs.copy_new_output(log, position)  # after the state: a job seen finished has written its log
         shown = f"{current.state} on {current.nodes}" if current.state == "RUNNING" else current.state
         if shown != last:
             reason = f" ({current.reason})" if current.state == "PENDING" and current.reason != "None" else ""
@@ -147,17 +147,6 @@ def follow(run_dir: Path, job_id: str) -> JobState:
             _record(run_dir, job_id, current)
             return current
         time.sleep(POLL_S)
-
-
-def _copy_new(path: Path, position: int) -> int:
-    if not path.is_file():
-        return position
-    with open(path, "rb") as source:
-        source.seek(position)
-        chunk = source.read()
-    sys.stdout.write(chunk.decode(errors="replace"))
-    sys.stdout.flush()
-    return position + len(chunk)
 
 
 def _record(run_dir: Path, job_id: str, state: JobState) -> None:
