@@ -11,8 +11,11 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
+import signal
 import socket
+import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 from launch.rendezvous import port_for_job
 
@@ -54,7 +57,7 @@ def resolve_head(hostname: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Bootstrap:
-    """The callable submitit pickles and runs in every task."""
+    """The callable submitit pickles and runs in every task; checkpointable in submitit's sense."""
 
     entry_module: str
     train_argv: tuple[str, ...]
@@ -70,8 +73,33 @@ class Bootstrap:
                           hostnames=tuple(job.hostnames))
         os.environ.update(dict(self.env))
         os.environ.update(torch_contract(facts, port=self.port, head_address=resolve_head(facts.hostnames[0])))
-        status = importlib.import_module(self.entry_module).main(list(self.train_argv))
+        from train import stop  # imports torch: only now, so that it reads the plan's OMP_NUM_THREADS
+
+        # Preemption and time limit (USR2) and the scheduler's SIGTERM (requeue, cancel, the limit itself) become
+        # stop requests: every rank checkpoints at the same step first. submitit's own USR2 handler would
+        # requeue at once, mid-step, and it ignores SIGTERM.
+        requeue = signal.getsignal(signal.SIGUSR2)
+        stop.watch((signal.SIGUSR2, signal.SIGTERM))
+        try:
+            status = importlib.import_module(self.entry_module).main(list(self.train_argv))
+        except stop.StopRequested as request:
+            _end_stopped_task(request.signum, requeue, is_first=facts.global_rank == 0)
         # The result is written; skip interpreter teardown, where gloo's threads can abort a finished task
         # (see train.entry.exit_worker). submitit has pickled our return value by the time atexit runs.
         atexit.register(os._exit, 0)
         return int(status)
+
+    def checkpoint(self) -> object:
+        """submitit's requeue protocol: run this same call again; the entrypoint resumes from the run folder."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self)
+
+
+def _end_stopped_task(signum: int, requeue: object, *, is_first: bool) -> NoReturn:
+    """After the checkpoint: on USR2 the first task requeues the job through submitit (which then exits);
+    on SIGTERM the scheduler is already ending or requeueing the job. Either way the task ends now."""
+    if signum == signal.SIGUSR2 and is_first and callable(requeue):
+        requeue(signum, None)  # checkpoint() above, `scontrol requeue`, then SystemExit
+    sys.stdout.flush()
+    os._exit(0 if signum == signal.SIGUSR2 else 128 + signum)

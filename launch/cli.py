@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -36,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     profiles.add_argument("name", nargs="?", help="a bundled profile name or a YAML path")
     for name, text in (("render", "print the plan without running anything"), ("submit", "run the plan")):
         command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P --strategy S "
-                                      "[--run-dir D] [--launcher submitit|sbatch]" + (" [--detach]" if name == "submit" else "")
+                                      "[--run-dir D] [--launcher submitit|sbatch] [--max-restarts N]"
+                                      + (" [--detach] [--resume]" if name == "submit" else "")
                                       + " [-- TRAIN_ARGS]")
         command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
         command.add_argument("--strategy", required=True, help="; ".join(
@@ -45,8 +47,14 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
                              help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
                                   "batch script whose task per node runs torchrun / accelerate launch)")
+        command.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                             help="local profiles: restart the workers up to N times after a failure (torchrun's "
+                                  "elastic restarts); they continue from the last checkpoint")
         if name == "submit":
             command.add_argument("--detach", action="store_true", help="start in the background and return")
+            command.add_argument("--resume", action="store_true",
+                                 help="continue the run in --run-dir from its last checkpoint (resubmitting the "
+                                      "same plan into its folder does so too; this insists on a checkpoint)")
     config = commands.add_parser("accelerate-config", help="print or write an accelerate config for a profile")
     config.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
     config.add_argument("--machine-rank", type=int, default=0, help="this machine's rank (default 0)")
@@ -115,8 +123,11 @@ def _plan(args: argparse.Namespace, train_argv: list[str], *, for_submit: bool) 
         run_dir = runs.default_run_dir(Path("runs"), profile.name, args.strategy, datetime.now())
     else:  # render stays repeatable: the time is filled in when the job is submitted
         run_dir = Path("runs") / f"{profile.name}-{args.strategy}-{RUN_TIME_PLACEHOLDER}"
+    if for_submit and getattr(args, "resume", False) and args.run_dir is None:
+        raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
     return build_plan(profile, args.strategy, train_args, run_dir=str(run_dir.absolute()),
-                      python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher)
+                      python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
+                      max_restarts=args.max_restarts)
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
@@ -126,22 +137,42 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
 
 def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
     plan = _plan(args, train_argv, for_submit=True)
-    if plan.profile.kind == "slurm":
-        return _submit_slurm(plan, detach=args.detach)
-    if plan.profile.kind != "local":
+    if plan.profile.kind not in ("local", "slurm"):
         raise SubmitError(f"{plan.profile.source}: submitting kind {plan.profile.kind} profiles comes with "
                           "a later issue", "`render` shows the plan")
+    missing = [name for name in plan.profile.secrets if name not in os.environ]
+    if missing:
+        raise SubmitError(f"{plan.profile.source}: secrets: {', '.join(missing)} not set in this environment",
+                          "export it before submitting; launch passes secrets only through the environment")
+    run_dir = Path(plan.run_dir)
+    existed = run_dir.exists()
+    if existed and (run_dir / runs.STATE).is_file():
+        from launch import backends
+
+        if backends.is_active(backends.status(run_dir)):
+            raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
+    if plan.profile.kind == "local":
+        from launch.backends import local
+
+        local.preflight(plan.profile)
+    checkpoint = runs.prepare_run_dir(plan, render_text(plan), resume=args.resume)
+    if checkpoint is not None:
+        print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
+                                                     if checkpoint else "from the start (it has no checkpoint)"))
+    if plan.profile.kind == "slurm":
+        return _submit_slurm(plan, detach=args.detach, created=not existed)
     return _submit_local(plan, detach=args.detach)
 
 
-def _submit_slurm(plan: LaunchPlan, *, detach: bool) -> int:
+def _submit_slurm(plan: LaunchPlan, *, detach: bool, created: bool) -> int:
     from launch.backends import slurm
 
-    run_dir = runs.prepare_run_dir(plan, render_text(plan))
+    run_dir = Path(plan.run_dir)
     try:
         job_id = slurm.submit(plan)
     except SubmitError:
-        shutil.rmtree(run_dir)  # made just now for a job that never existed
+        if created:
+            shutil.rmtree(run_dir)  # made just now for a job that never existed
         raise
     print(f"job {job_id} submitted; run dir: {run_dir}", flush=True)
     if detach:
@@ -163,8 +194,7 @@ def _submit_slurm(plan: LaunchPlan, *, detach: bool) -> int:
 def _submit_local(plan: LaunchPlan, *, detach: bool) -> int:
     from launch.backends import local
 
-    local.preflight(plan.profile)
-    run_dir = runs.prepare_run_dir(plan, render_text(plan))
+    run_dir = Path(plan.run_dir)
     print(f"run dir: {run_dir}", flush=True)
     if detach:
         launcher_pid = local.start_detached(plan)

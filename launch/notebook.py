@@ -37,7 +37,8 @@ def run(profile: str, strategy: str = "ddp", *, run_dir: str | None = None, **tr
 
     plan = _plan(profile, strategy, run_dir, train_args)
     local.preflight(plan.profile)
-    directory = runs.prepare_run_dir(plan, render_text(plan))
+    directory = Path(plan.run_dir)
+    runs.prepare_run_dir(plan, render_text(plan))
     entry = get_strategy(strategy).entry_module
     with _environment(dict(plan.nodes[0].env)):
         notebook_launcher(_worker, args=(entry, plan.train_args.to_argv()),

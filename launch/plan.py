@@ -17,6 +17,7 @@ from launch.shell import Arg, EnvRef
 from launch.strategies import NodeContext, get_strategy
 from launch.submitit_job import SubmititJob, submitit_job
 from train.args import TrainArgs
+from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,25 +56,33 @@ class LaunchPlan:
 
 
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
+MAX_RESTARTS = 100
 
 
 def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_dir: str, python: str,
-               workdir: str, launcher: str = "submitit") -> LaunchPlan:
+               workdir: str, launcher: str = "submitit", max_restarts: int = 0) -> LaunchPlan:
     """The plan for ``strategy`` on ``profile``; ``run_dir``, ``python`` and ``workdir`` are absolute paths.
 
     On SLURM, ``launcher`` submitit runs one task per process that calls the entrypoint in-process;
     sbatch runs one task per node that starts the strategy's launcher (torchrun, accelerate launch).
+    ``max_restarts`` (local profiles) lets torchrun restart failed workers; every entrypoint is told to
+    ``--resume``, so a restarted, requeued or resubmitted job continues from the run folder's last checkpoint.
     """
     chosen = get_strategy(strategy)
     if profile.kind == "tpu":
         raise LaunchError(f"{profile.source}: kind: tpu profiles cannot be launched yet (they come with the "
                           "TPU issue); use a local or slurm profile")
+    if not 0 <= max_restarts <= MAX_RESTARTS:
+        raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
+    if max_restarts and profile.kind != "local":
+        raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
+                          "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time")
     args = replace(train_args, run_dir=run_dir, device=profile.device, dist_backend=profile.dist_backend,
-                   profile_name=profile.name)
+                   profile_name=profile.name, resume=True, rendezvous_timeout=profile.rendezvous.timeout_s)
     env = worker_env(profile, chosen.extra_env(profile))
     nodes = tuple(
         NodeCommand(node_rank=rank, env=env, cwd=workdir,
-                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank), args.to_argv(),
+                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank, max_restarts), args.to_argv(),
                                                 run_dir)))
         for rank in range(profile.nodes))
     files = tuple(PlanFile(path=path, text=text) for path, text in chosen.files(profile, run_dir))
@@ -92,14 +101,15 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     return plan
 
 
-def _node_context(profile: Profile, node_rank: int) -> NodeContext:
+def _node_context(profile: Profile, node_rank: int, max_restarts: int) -> NodeContext:
     if profile.kind == "slurm":
         return NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
                            master_port=EnvRef("MASTER_PORT"))
     port = profile.rendezvous.port
     if port is None:
-        return NodeContext(node_rank=str(node_rank), master_addr=None, master_port=None)
-    return NodeContext(node_rank=str(node_rank), master_addr="127.0.0.1", master_port=str(port))
+        return NodeContext(node_rank=str(node_rank), master_addr=None, master_port=None, max_restarts=max_restarts)
+    return NodeContext(node_rank=str(node_rank), master_addr="127.0.0.1", master_port=str(port),
+                       max_restarts=max_restarts)
 
 
 def worker_env(profile: Profile, strategy_env: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -110,4 +120,7 @@ def worker_env(profile: Profile, strategy_env: dict[str, str]) -> tuple[tuple[st
     if profile.network_interface:
         env.update({name: profile.network_interface for name in INTERFACE_VARIABLES})
     env.update(profile.env)
+    env[PLAN_ENV_VARIABLE] = ",".join(env)  # so each rank can log what the plan gave it
+    if profile.secrets:
+        env[SECRET_NAMES_VARIABLE] = ",".join(profile.secrets)
     return tuple(env.items())

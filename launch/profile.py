@@ -33,6 +33,8 @@ class SlurmSection:
     gpus_per_node: int | None = None
     constraint: str | None = None
     exclusive: bool = False
+    signal_delay_s: int = 90  # submitit launcher: USR2 this long before the time limit, to checkpoint and requeue
+    max_timeouts: int = 3  # requeues after running into the time limit (preemptions do not count)
     extra_sbatch: dict[str, str] = field(default_factory=dict)
 
 
@@ -60,6 +62,7 @@ class Profile:
     device: Device = "cpu"
     backend: Backend = "auto"
     env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # more variable names to treat as secrets (masked everywhere, never on disk)
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     network_interface: str | None = None
     slurm: SlurmSection | None = None

@@ -14,6 +14,9 @@ import yaml
 from launch.errors import ConfigError, did_you_mean
 from launch.profile import Profile, SlurmSection
 from launch.rendezvous import TORCH_CONTRACT
+from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
+
+LAUNCH_VARIABLES = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)
 from launch.sbatch import SBATCH_OPTIONS, managed_option
 
 def _bundled_dir() -> Path:
@@ -76,7 +79,8 @@ def load_profile(name_or_path: str) -> Profile:
 
 def profile_to_mapping(profile: Profile) -> dict[str, Any]:
     """The resolved profile as plain data, in field order, for printing back as YAML."""
-    return {key: value for key, value in dataclasses.asdict(profile).items() if key != "source"}
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in dataclasses.asdict(profile).items() if key != "source"}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -212,6 +216,8 @@ def _convert(value: Any, hint: Any, path: str, problems: list[str], *, partial: 
             return None
     if origin is dict:
         return _convert_string_map(value, path, problems)
+    if origin is tuple:
+        return _convert_string_list(value, path, problems)
     return _convert_scalar(value, hint, path, problems)
 
 
@@ -245,6 +251,16 @@ def _convert_string_map(value: Any, path: str, problems: list[str]) -> dict[str,
     return result
 
 
+def _convert_string_list(value: Any, path: str, problems: list[str]) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        problems.append(f"{path}: expected a list of strings, got {_describe(value)}")
+        return ()
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            problems.append(f"{path}[{index}]: expected a string, got {_describe(item)}")
+    return tuple(str(item) for item in value)
+
+
 def _plain(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -274,12 +290,15 @@ def _allowed_suffix(hint: Any) -> str:
 def check_profile(profile: Profile) -> list[str]:
     """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
     problems = _check_names(profile) + _check_counts(profile) + _check_sections(profile)
-    for key in profile.env:
+    named = [(f"env.{key}", key) for key in profile.env] + [(f"secrets[{i}]", key) for i, key in
+                                                          enumerate(profile.secrets)]
+    for where, key in named:
         if not _ENV_NAME.match(key):
-            problems.append(f"env.{key}: not a valid environment variable name (letters, digits, '_'; "
+            problems.append(f"{where}: {key!r} is not a valid environment variable name (letters, digits, '_'; "
                             "no leading digit)")
-        elif key in TORCH_CONTRACT:
-            problems.append(f"env.{key}: set by launch for every worker; use rendezvous.port for the port")
+        elif key in TORCH_CONTRACT or key in LAUNCH_VARIABLES:
+            problems.append(f"{where}: set by launch for every worker"
+                            + ("; use rendezvous.port for the port" if key == "MASTER_PORT" else ""))
     return problems
 
 
@@ -336,6 +355,11 @@ def _check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
     problems = [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
                 for key in ("time_min", "cpus_per_task", "mem_gb")
                 if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
+    problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
+                 for key in ("signal_delay_s", "max_timeouts") if getattr(slurm, key) < 0]
+    if slurm.signal_delay_s >= slurm.time_min * 60:
+        problems.append(f"slurm.signal_delay_s: {slurm.signal_delay_s} s is not before the end of a "
+                        f"{slurm.time_min} min job; make it less than {slurm.time_min * 60}")
     problems += _check_sbatch_text(slurm)
     gpus = slurm.gpus_per_node
     if gpus is not None and profile.device == "cuda" and gpus != profile.procs_per_node:

@@ -7,16 +7,19 @@ from itertools import groupby
 
 from launch import shell
 from launch.plan import LaunchPlan
-from launch.secrets import mask
+from train.masking import mask
 from launch.submitit_job import SubmititJob
 
-def _submitit_text(job: SubmititJob, tasks: int) -> list[str]:
+def _submitit_text(job: SubmititJob, tasks: int, marked: tuple[str, ...]) -> list[str]:
     out = ["", f"submitit job: {tasks} SLURM tasks, one per training process (folder {job.folder})",
            "  sbatch parameters (submitit.SlurmExecutor):"]
     out += [f"    {key} = {value!r}" for key, value in job.parameters]
+    out += [f"  on USR2 ({dict(job.parameters).get('signal_delay_s')} s before the time limit, or on preemption) every "
+            "task checkpoints at the same step and the job requeues itself (submitit's protocol; at most "
+            f"{job.max_num_timeout} time-limit requeues); on SIGTERM every task checkpoints before it ends"]
     out += ["  each task sets, from submitit's JobEnvironment (SLURM's variables):"]
     out += [f"    {name} = {source}" for name, source in job.derivation()]
-    out += ["  and adds:"] + [f"    {name}={mask(name, value)}" for name, value in job.env]
+    out += ["  and adds:"] + [f"    {name}={mask(name, value, marked)}" for name, value in job.env]
     out += ["  then calls, in the task's own process:",
             f"    {job.entry_module}.main({list(job.train_argv)!r})"]
     return out
@@ -36,12 +39,12 @@ def render_text(plan: LaunchPlan) -> str:
         ranks = f"node {node.node_rank}" if len(group) == 1 else f"nodes {node.node_rank}-{group[-1].node_rank}"
         where = "this machine" if profile.kind == "local" else "one SLURM task per node"
         out += ["", f"{ranks} ({where})", f"  cwd: {node.cwd}", "  env:"]
-        out += [f"    {name}={mask(name, value)}" for name, value in node.env]
+        out += [f"    {name}={mask(name, value, profile.secrets)}" for name, value in node.env]
         out += ["  command:", f"    {shell.join(node.argv)}"]
     for file in plan.files:
         out += ["", f"file {file.path}:"] + [f"  {line}" for line in file.text.splitlines()]
     if plan.submit_argv:
         out += ["", f"submitted with: {shlex.join(plan.submit_argv)}"]
     if plan.submitit is not None:
-        out += _submitit_text(plan.submitit, profile.world_size)
+        out += _submitit_text(plan.submitit, profile.world_size, profile.secrets)
     return "\n".join(out) + "\n"

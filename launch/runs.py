@@ -9,11 +9,16 @@ from typing import Any
 
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan
-from train.layout import LOGS, PLAN_TEXT, RESULT, STATE, failure_path, rank_log_path, read_json, write_json_atomic
+from train.layout import (LOGS, PLAN_TEXT, RESULT, STATE, latest_checkpoint, rank_log_path, rank_state_path, read_json,
+                          write_json_atomic)
 
 # The layout itself is train.layout's (the jobs write into the same folder); re-exported for the host side.
-__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "default_run_dir", "first_failure", "prepare_run_dir",
-           "rank_log_path", "read_json", "write_json_atomic"]
+__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "default_run_dir", "first_failure",
+           "latest_checkpoint", "prepare_run_dir", "rank_log_path", "rank_pids", "read_json", "write_json_atomic"]
+
+# What a rank's error says when the rank is only a casualty of another one's death (gloo's and NCCL's words).
+_PEER_LOST = ("connection closed by peer", "connection reset by peer", "broken pipe", "socket closed",
+              "nccl communicator was aborted", "remote process exited")
 
 
 def default_run_dir(root: Path, profile_name: str, strategy: str, now: datetime) -> Path:
@@ -26,26 +31,55 @@ def default_run_dir(root: Path, profile_name: str, strategy: str, now: datetime)
     return candidate
 
 
-def prepare_run_dir(plan: LaunchPlan, plan_text: str) -> Path:
-    """Create the run folder, refusing one that already holds anything, and write the plan's files."""
+def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -> dict[str, Any] | None:
+    """Create the run folder and write the plan's files; return the checkpoint a resubmitted run continues from.
+
+    A folder that holds anything is refused, unless it holds this very plan (the same plan.txt) and no result
+    yet: then the job runs again and its entrypoint continues from the last checkpoint. ``resume`` insists
+    on a checkpoint being there. Nothing already in the folder is overwritten.
+    """
     run_dir = Path(plan.run_dir)
     if run_dir.is_file():
         raise SubmitError(f"--run-dir {run_dir}: is a file", "give a folder that does not exist yet")
-    if run_dir.is_dir() and any(run_dir.iterdir()):
-        held = ", ".join(sorted(p.name for p in run_dir.iterdir())[:3])
-        raise SubmitError(f"--run-dir {run_dir}: already holds {held}",
-                          "choose a new folder or leave --run-dir out for a fresh one under runs/")
+    held = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    checkpoint = _continued_run(run_dir, plan_text, held) if held else None
+    if resume and checkpoint is None:
+        raise SubmitError(f"--resume: {run_dir} has no checkpoint to continue from",
+                          "leave --resume out to start this run from the beginning")
     try:
         (run_dir / LOGS).mkdir(parents=True, exist_ok=True)
-        (run_dir / PLAN_TEXT).write_text(plan_text, encoding="utf-8")
-        for file in plan.files:
-            path = Path(file.path)
-            path.write_text(file.text, encoding="utf-8")
-            if file.executable:
+        for path, text, executable in ((run_dir / PLAN_TEXT, plan_text, False),
+                                       *((Path(f.path), f.text, f.executable) for f in plan.files)):
+            if path.exists():  # a resubmitted run: the same plan, so the same files
+                continue
+            path.write_text(text, encoding="utf-8")
+            if executable:
                 path.chmod(0o755)
     except OSError as error:
         raise SubmitError(f"--run-dir {run_dir}: cannot write there ({error.strerror})") from None
-    return run_dir
+    return checkpoint
+
+
+def _continued_run(run_dir: Path, plan_text: str, held: list[str]) -> dict[str, Any] | None:
+    """The checkpoint of the run in ``run_dir``, when that run is this plan's and not finished; else refuse."""
+    fresh = "choose a new folder or leave --run-dir out for a fresh one under runs/"
+    plan_file = run_dir / PLAN_TEXT
+    if not plan_file.is_file():
+        raise SubmitError(f"--run-dir {run_dir}: already holds {', '.join(held[:3])}", fresh)
+    old = plan_file.read_text(encoding="utf-8", errors="replace")
+    if old != plan_text:
+        raise SubmitError(f"--run-dir {run_dir}: already holds another run ({_first_difference(old, plan_text)})",
+                          fresh + "; to continue that run, submit exactly its plan again")
+    if (run_dir / RESULT).is_file():
+        raise SubmitError(f"--run-dir {run_dir}: this run already finished ({run_dir / RESULT})", fresh)
+    return latest_checkpoint(run_dir) or {}
+
+
+def _first_difference(old: str, new: str) -> str:
+    for number, (was, now) in enumerate(zip(old.splitlines(), new.splitlines()), start=1):
+        if was != now:
+            return f"its plan.txt line {number} reads {was.strip()!r}, this plan's {now.strip()!r}"
+    return "its plan.txt differs in length"
 
 
 def copy_new_output(path: Path, position: int) -> int:
@@ -60,7 +94,32 @@ def copy_new_output(path: Path, position: int) -> int:
     return position + len(chunk)
 
 
+def rank_notes(run_dir: Path) -> list[dict[str, Any]]:
+    """What each rank recorded about itself (pid, host, status, error), in rank order."""
+    notes = [note for path in (run_dir / LOGS).glob(rank_state_path("", "*").name) if (note := read_json(path))]
+    return sorted(notes, key=lambda note: note.get("rank", 0))
+
+
+def rank_pids(run_dir: Path) -> list[int]:
+    """The pids of ranks that never recorded an end: still running, or killed before they could say."""
+    return [note["pid"] for note in rank_notes(run_dir) if note.get("status") == "running"
+            and isinstance(note.get("pid"), int)]
+
+
 def first_failure(run_dir: Path) -> dict[str, Any] | None:
-    """The earliest failure note a rank left (rank, host, error), or None."""
-    notes = [note for path in run_dir.glob(str(failure_path("", "*"))) if (note := read_json(path))]
-    return min(notes, key=lambda note: note.get("time", 0.0), default=None)
+    """The rank that failed first, as torchelastic reports it: a rank's own error before a rank that died
+    without a word (killed from outside), and either before a rank that only lost a dead peer."""
+    notes = rank_notes(run_dir)
+    failed = [note for note in notes if note.get("status") == "failed"]
+    own = [note for note in failed if not _lost_a_peer(str(note.get("error", "")))]
+    if own:
+        return min(own, key=lambda note: note.get("time", 0.0))
+    silent = [note for note in notes if note.get("status") == "running"]
+    if silent and failed:  # the others lost it as a peer: it died first
+        return {**silent[0], "error": "died without an error of its own (killed by a signal from outside, "
+                                      "or by the out-of-memory killer)"}
+    return min(failed, key=lambda note: note.get("time", 0.0), default=None)
+
+
+def _lost_a_peer(error: str) -> bool:
+    return any(words in error.lower() for words in _PEER_LOST)

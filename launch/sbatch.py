@@ -9,7 +9,7 @@ from launch import shell
 from launch.errors import LaunchError
 from launch.profile import Profile
 from launch.rendezvous import SLURM_NODE_LIST, port_for_job_shell
-from launch.secrets import looks_secret
+from train.masking import looks_secret
 
 if TYPE_CHECKING:
     from launch.plan import NodeCommand
@@ -99,7 +99,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
         f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
     ]
     for name, value in node.env:
-        if looks_secret(name):  # never on disk: `launch submit` hands it to sbatch through the environment
+        if looks_secret(name, profile.secrets):  # never on disk: `launch submit` hands it to sbatch through the environment
             lines.append(f': "${{{name}:?{name} must be in the environment sbatch runs in}}"')
         else:
             lines.append(f"export {name}={shlex.quote(value)}")

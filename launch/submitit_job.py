@@ -19,6 +19,7 @@ class SubmititJob:
     train_argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     port: int | None
+    max_num_timeout: int = 0  # submitit's requeues after a time limit
 
     def derivation(self) -> tuple[tuple[str, str], ...]:
         """How each task sets torch's variables, for people reading the plan."""
@@ -41,7 +42,8 @@ def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, 
                 "additional_parameters": dict(slurm.extra_sbatch) or None}
     # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout.
     return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
-            ("time", slurm.time_min), ("srun_args", ["--kill-on-bad-exit=1"]),
+            ("time", slurm.time_min), ("signal_delay_s", slurm.signal_delay_s),
+            ("srun_args", ["--kill-on-bad-exit=1"]),
             *((key, value) for key, value in optional.items() if value is not None))
 
 
@@ -49,4 +51,5 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, entry_module:
                  train_argv: tuple[str, ...], env: tuple[tuple[str, str], ...]) -> SubmititJob:
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
                        parameters=executor_parameters(profile, job_name=job_name), entry_module=entry_module,
-                       train_argv=train_argv, env=env, port=profile.rendezvous.port)
+                       train_argv=train_argv, env=env, port=profile.rendezvous.port,
+                       max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)

@@ -11,7 +11,7 @@ import pytest
 
 from launch import shell
 from launch.errors import LaunchError
-from launch.secrets import looks_secret
+from train.masking import looks_secret
 from launch.plan import build_plan
 from launch.profile_loader import load_profile
 from launch.render import render_text
@@ -36,9 +36,10 @@ def test_local_cpu_plan_is_one_torchrun_node_with_two_processes() -> None:
     node = plan.nodes[0]
     assert node.argv == (PYTHON, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                          "--nproc_per_node", "2", "--max_restarts", "0", "-m", "train.ddp", "--epochs", "3",
-                         "--lr", "0.01", "--run-dir", "/runs/r1", "--device", "cpu", "--dist-backend", "gloo",
-                         "--profile-name", "local-cpu")
-    assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+                         "--lr", "0.01", "--resume", "--run-dir", "/runs/r1", "--device", "cpu",
+                         "--dist-backend", "gloo", "--profile-name", "local-cpu", "--rendezvous-timeout", "300")
+    assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+                              "LAUNCH_PLAN_ENV": "PYTHONUNBUFFERED,OMP_NUM_THREADS"}
     assert node.cwd == "/project"
 
 
@@ -160,7 +161,7 @@ def test_submitit_plan_is_one_task_per_process_calling_the_entrypoint(write_prof
     assert job.entry_module == "train.accelerated" and job.folder == "/r/submitit"
     text = render_text(plan)
     assert "RANK = SLURM_PROCID" in text and "MASTER_PORT = 20000 + SLURM_JOB_ID % 10000" in text
-    assert "train.accelerated.main(['--run-dir', '/r'" in text
+    assert "train.accelerated.main(['--resume', '--run-dir', '/r'" in text
     assert "HF_TOKEN=****" in text and "hunter2" not in text
 
 

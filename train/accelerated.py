@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import timedelta
+from pathlib import Path
 
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from train import checkpoint
 from train.args import TrainArgs
+from train.checkpoint import Position
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv
+from train.dist_env import DistEnv, rendezvous
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
@@ -25,13 +29,18 @@ from train.reporting import Progress, Reporter, parameter_digest
 STRATEGY = "accelerate"
 
 
-def _accelerator(args: TrainArgs):  # type: ignore[no-untyped-def]
-    from accelerate import Accelerator
+def _accelerator(args: TrainArgs, env: DistEnv):  # type: ignore[no-untyped-def]
+    from accelerate import Accelerator, DataLoaderConfiguration, InitProcessGroupKwargs
 
     # A cpu profile trains on the CPU even where GPUs are visible (and under plain torchrun, where
     # Accelerate would otherwise fall back to a single process). Otherwise Accelerate picks the device:
-    # CUDA, or XLA where torch_xla is installed.
-    return Accelerator(cpu=args.device == "cpu")
+    # CUDA, or XLA where torch_xla is installed. A seedable sampler shuffles each epoch from (seed, epoch)
+    # alone, so a resumed run sees the same order as an uninterrupted one.
+    handlers = [InitProcessGroupKwargs(timeout=timedelta(seconds=args.rendezvous_timeout))] \
+        if args.rendezvous_timeout else []
+    with rendezvous(env, args.rendezvous_timeout):
+        return Accelerator(cpu=args.device == "cpu", kwargs_handlers=handlers,
+                           dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
 
 
 def evaluate(accelerator, model: torch.nn.Module, loader: DataLoader) -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -49,11 +58,14 @@ def evaluate(accelerator, model: torch.nn.Module, loader: DataLoader) -> tuple[f
     return torch.cat(losses).double().mean().item(), torch.cat(hits).double().mean().item()
 
 
-def _train_epoch(epoch: int, accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer,  # type: ignore[no-untyped-def]
-                 loader: DataLoader, progress: Progress, args: TrainArgs, reporter: Reporter) -> float:
-    """One pass over this process's shard (or up to the step limit); the mean loss across processes."""
+def _train_epoch(epoch: int, first_batch: int, accelerator, model: torch.nn.Module,  # type: ignore[no-untyped-def]
+                 optimizer: torch.optim.Optimizer, loader: DataLoader, progress: Progress, args: TrainArgs,
+                 reporter: Reporter) -> tuple[float, Position]:
+    """One pass over this process's shard from ``first_batch`` (or up to the step limit): the mean loss
+    across processes, and the position reached. Saves every --checkpoint-every steps, and stops at a checkpoint when asked to."""
     model.train()
     loss_sum, batches, tick = torch.zeros((), device=accelerator.device), 0, time.perf_counter()
+    here = Position(step=progress.step, epoch=epoch, batches_in_epoch=first_batch)
     for images, labels in loader:
         loss = F.nll_loss(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
@@ -64,10 +76,41 @@ def _train_epoch(epoch: int, accelerator, model: torch.nn.Module, optimizer: tor
         if progress.due(args.log_every):
             mean_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
             reporter.train_step(epoch, progress, mean_loss, accelerator.num_processes, tick)
+        here = Position(step=progress.step, epoch=epoch, batches_in_epoch=first_batch + batches)
+        checkpoint.after_step(here, every=args.checkpoint_every, device=accelerator.device,
+                              save=lambda position: _save(accelerator, args, position))
         if progress.done:
             break
     progress.seconds += time.perf_counter() - tick
-    return accelerator.reduce(loss_sum / batches, reduction="mean").item()
+    return accelerator.reduce(loss_sum / max(batches, 1), reduction="mean").item(), here
+
+
+def _save(accelerator, args: TrainArgs, position: Position) -> None:  # type: ignore[no-untyped-def]
+    """Every process writes its part (``save_state``: model, optimizer, its RNG states, the sampler) into one
+    staged folder; the main process then publishes it."""
+    if not args.run_dir:
+        return
+    if accelerator.is_main_process:
+        checkpoint.stage(args.run_dir, position.step)
+    accelerator.wait_for_everyone()
+    staged = checkpoint.staging_path(args.run_dir, position.step)
+    accelerator.save_state(str(staged))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        checkpoint.publish(args.run_dir, staged, position, strategy=STRATEGY, world_size=accelerator.num_processes)
+    accelerator.wait_for_everyone()
+
+
+def _resume(accelerator, args: TrainArgs, reporter: Reporter) -> Position:  # type: ignore[no-untyped-def]
+    record = checkpoint.resumable(args.run_dir, resume=args.resume, strategy=STRATEGY,
+                                  world_size=accelerator.num_processes)
+    if record is None:
+        return Position()
+    accelerator.load_state(str(Path(args.run_dir or ".") / record["path"]))
+    position = checkpoint.position_of(record)
+    reporter.say(f"resumed from the checkpoint at step {position.step} (epoch {position.epoch}, "
+                 f"batch {position.batches_in_epoch}): {record['path']}")
+    return position
 
 
 def _loaders(data: Datasets, args: TrainArgs) -> tuple[DataLoader, DataLoader]:
@@ -79,7 +122,7 @@ def _loaders(data: Datasets, args: TrainArgs) -> tuple[DataLoader, DataLoader]:
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
     from accelerate.utils import gather_object, set_seed
 
-    accelerator = _accelerator(args)
+    accelerator = _accelerator(args, env)
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=accelerator.is_main_process,
                          barrier=accelerator.wait_for_everyone)
     reporter.say(f"accelerate: {accelerator.distributed_type.value}, world size {accelerator.num_processes} on "
@@ -90,19 +133,30 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, *_loaders(data, args))
     progress = Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
     epochs = math.ceil(progress.total_steps / len(train_loader))
-    for epoch in range(1, epochs + 1):
+    start = _resume(accelerator, args, reporter)
+    progress.step = start.step
+    train_loss = float("nan")
+    for epoch in range(start.epoch, epochs + 1):
         train_loader.set_epoch(epoch)
-        train_loss = _train_epoch(epoch, accelerator, model, optimizer, train_loader, progress, args, reporter)
+        first_batch = start.batches_in_epoch if epoch == start.epoch else 0
+        loader = accelerator.skip_first_batches(train_loader, first_batch) if first_batch else train_loader
+        train_loss, reached = _train_epoch(epoch, first_batch, accelerator, model, optimizer, loader, progress,
+                                           args, reporter)
         eval_loss, eval_accuracy = evaluate(accelerator, model, eval_loader)
+        whole_epoch = reached.batches_in_epoch >= len(train_loader)
+        _save(accelerator, args, Position(step=progress.step, epoch=epoch + 1) if whole_epoch else reached)
         reporter.epoch_end(epoch, progress.step, train_loss, eval_loss, eval_accuracy)
+    if start.epoch > epochs:  # resumed from the checkpoint at the very end
+        eval_loss, eval_accuracy = evaluate(accelerator, model, eval_loader)
     samples = accelerator.reduce(torch.tensor(float(progress.samples), device=accelerator.device), "sum").item()
     digests = gather_object([parameter_digest(accelerator.unwrap_model(model))])
     result = {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": accelerator.num_processes,
               "num_nodes": env.num_nodes, "epochs": epochs, "steps": progress.step, "train_loss": train_loss,
               "eval_loss": eval_loss, "eval_accuracy": eval_accuracy,
-              "samples_per_second": samples / progress.seconds, "dataset": data.description,
+              "samples_per_second": samples / max(progress.seconds, 1e-9), "dataset": data.description,
               "device": accelerator.device.type, "distributed_type": accelerator.distributed_type.value,
-              "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "param_digests": digests}
+              "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "resumed_from_step": start.step,
+              "param_digests": digests}
     accelerator.end_training()
     return result
 

@@ -11,7 +11,7 @@ DEVICES = ("auto", "cpu", "cuda", "xla")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "xla")
 
 # Set by the launcher from the profile and the run folder; a user passing them after `--` is told so.
-LAUNCHER_OWNED = ("--run-dir", "--device", "--dist-backend", "--profile-name")
+LAUNCHER_OWNED = ("--run-dir", "--device", "--dist-backend", "--profile-name", "--resume", "--rendezvous-timeout")
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are 32-bit here
 
 
@@ -31,17 +31,22 @@ class TrainArgs:
     data_dir: str | None = None
     seed: int = 0
     log_every: int = 20
+    checkpoint_every: int | None = None  # steps; a run folder also gets one at the end of every epoch
+    resume: bool = False  # continue from the run folder's last complete checkpoint, if it has one
     run_dir: str | None = None
     device: str = "auto"
     dist_backend: str = "auto"
     profile_name: str | None = None
+    rendezvous_timeout: int | None = None  # seconds to wait for every rank at init; None: torch's default
 
     def to_argv(self) -> tuple[str, ...]:
         """The canonical command-line form: every field that differs from its default, in field order."""
         argv: list[str] = []
         for field in fields(self):
             value = getattr(self, field.name)
-            if value != field.default and value is not None:
+            if value is True:
+                argv.append(_flag(field.name))
+            elif value != field.default and value is not None:
                 argv += [_flag(field.name), str(value)]
         return tuple(argv)
 
@@ -92,10 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir")
     parser.add_argument("--seed", type=_seed)
     parser.add_argument("--log-every", type=_positive_int)
+    parser.add_argument("--checkpoint-every", type=_positive_int)
+    parser.add_argument("--resume", action="store_const", const=True)
     parser.add_argument("--run-dir")
     parser.add_argument("--device", choices=DEVICES)
     parser.add_argument("--dist-backend", choices=DIST_BACKENDS)
     parser.add_argument("--profile-name")
+    parser.add_argument("--rendezvous-timeout", type=_positive_int)
     return parser
 
 
@@ -114,4 +122,6 @@ def parse_train_args(argv: list[str] | tuple[str, ...]) -> TrainArgs:
     args = TrainArgs(**given)
     if args.data_dir is not None and args.dataset != "mnist":
         raise TrainArgsError("--data-dir applies to --dataset mnist only")
+    if args.resume and args.run_dir is None:
+        raise TrainArgsError("--resume needs --run-dir, the folder whose checkpoints it continues from")
     return args

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -16,14 +19,17 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from train import checkpoint
 from train.args import TrainArgs, default_dist_backend
+from train.checkpoint import Position, rng_state, set_rng_state
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv
+from train.dist_env import DistEnv, rendezvous
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
 
 STRATEGY = "ddp"
+STATE_FILE = "state.pt"
 
 
 def resolve_device(requested: str, local_rank: int) -> torch.device:
@@ -54,7 +60,7 @@ def evaluate(model: torch.nn.Module, data: Datasets, args: TrainArgs, env: DistE
     model.eval()
     loss_sum = correct = 0.0
     with torch.no_grad():
-        for images, labels in DataLoader(shard, batch_size=max(args.batch_size, 256)):
+        for images, labels in DataLoader(shard, batch_size=max(args.batch_size, 256), generator=torch.Generator()):
             images, labels = images.to(device), labels.to(device)
             output = model(images)
             loss_sum += F.nll_loss(output, labels, reduction="sum").item()
@@ -68,32 +74,96 @@ def _start(args: TrainArgs, env: DistEnv) -> torch.device:
     device = resolve_device(args.device, env.local_rank)
     if env.launched:
         backend = args.dist_backend if args.dist_backend != "auto" else default_dist_backend(device.type)
-        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+        timeout = timedelta(seconds=args.rendezvous_timeout) if args.rendezvous_timeout else None
+        with rendezvous(env, args.rendezvous_timeout):
+            dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
+                                    timeout=timeout)
     return device
 
 
-def _train_epoch(epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-                 progress: Progress, env: DistEnv, device: torch.device, args: TrainArgs,
-                 reporter: Reporter) -> float:
-    """One pass over this rank's shard (or up to the step limit); returns the mean loss across ranks."""
-    model.train()
-    loss_sum, batches, tick = 0.0, 0, time.perf_counter()
-    for images, labels in loader:
-        images, labels = images.to(device), labels.to(device)
-        loss = F.nll_loss(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        progress.advance(len(labels))
-        loss_sum, batches = loss_sum + loss.item(), batches + 1
-        if progress.due(args.log_every):
-            mean_loss = _all_sum([loss.item()], env, device)[0] / env.world_size
-            reporter.train_step(epoch, progress, mean_loss, env.world_size, tick)
-        if progress.done:
-            break
-    progress.seconds += time.perf_counter() - tick
-    loss_total, batch_total = _all_sum([loss_sum, float(batches)], env, device)
-    return loss_total / batch_total
+class ResumableSampler(DistributedSampler):
+    """A DistributedSampler that can begin its next epoch part-way, where a checkpoint left off."""
+
+    skip_samples = 0  # consumed by the next epoch only; ``len`` stays the full epoch's
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        indices = list(super().__iter__())
+        skip, self.skip_samples = self.skip_samples, 0
+        return iter(indices[skip:])
+
+
+@dataclass
+class _Loop:
+    """The state one training loop carries between steps."""
+
+    model: torch.nn.Module
+    net: Net
+    optimizer: torch.optim.Optimizer
+    loader: DataLoader
+    progress: Progress
+    env: DistEnv
+    device: torch.device
+    args: TrainArgs
+    reporter: Reporter
+    reached: Position = Position()  # after the last step taken
+
+    def save(self, position: Position) -> None:
+        """Every rank's RNG state gathered, then one file written by rank 0 and published atomically."""
+        if not self.args.run_dir:
+            return
+        states = [rng_state()]
+        if self.env.launched:
+            states = [None] * self.env.world_size
+            dist.all_gather_object(states, rng_state())
+        if self.env.is_main:
+            staged = checkpoint.stage(self.args.run_dir, position.step)
+            torch.save({"model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "position": asdict(position), "rng": states}, staged / STATE_FILE)
+            checkpoint.publish(self.args.run_dir, staged, position, strategy=STRATEGY,
+                               world_size=self.env.world_size)
+        if self.env.launched:
+            dist.barrier()  # nobody runs ahead of a checkpoint that is not yet in place
+
+    def resume(self) -> Position:
+        """Load the run folder's last checkpoint into model, optimizer and RNGs; where to continue."""
+        record = checkpoint.resumable(self.args.run_dir, resume=self.args.resume, strategy=STRATEGY,
+                                      world_size=self.env.world_size)
+        if record is None:
+            return Position()
+        state = torch.load(Path(self.args.run_dir or ".") / record["path"] / STATE_FILE, map_location=self.device,
+                           weights_only=False)  # our own file: it holds NumPy's RNG state too
+        self.net.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"][self.env.rank])
+        position = checkpoint.position_of(record)
+        self.reporter.say(f"resumed from the checkpoint at step {position.step} (epoch {position.epoch}, "
+                          f"batch {position.batches_in_epoch}): {record['path']}")
+        return position
+
+    def epoch(self, epoch: int, first_batch: int) -> float:
+        """One pass over this rank's shard from ``first_batch`` (or up to the step limit); the mean loss
+        across ranks. Saves every --checkpoint-every steps, and stops at a checkpoint when asked to."""
+        model, progress, args, env = self.model, self.progress, self.args, self.env
+        model.train()
+        loss_sum, batches, tick = 0.0, 0, time.perf_counter()
+        for images, labels in self.loader:
+            images, labels = images.to(self.device), labels.to(self.device)
+            loss = F.nll_loss(model(images), labels)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            progress.advance(len(labels))
+            loss_sum, batches = loss_sum + loss.item(), batches + 1
+            if progress.due(args.log_every):
+                mean_loss = _all_sum([loss.item()], env, self.device)[0] / env.world_size
+                self.reporter.train_step(epoch, progress, mean_loss, env.world_size, tick)
+            self.reached = Position(step=progress.step, epoch=epoch, batches_in_epoch=first_batch + batches)
+            checkpoint.after_step(self.reached, every=args.checkpoint_every, device=self.device, save=self.save)
+            if progress.done:
+                break
+        progress.seconds += time.perf_counter() - tick
+        loss_total, batch_total = _all_sum([loss_sum, float(batches)], env, self.device)
+        return loss_total / max(batch_total, 1.0)
 
 
 def _all_digests(model: torch.nn.Module, env: DistEnv) -> list[str]:
@@ -124,24 +194,35 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
     net = Net().to(device)
     model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) \
         if env.launched else net
-    optimizer = build_optimizer(model.parameters(), args.lr)
-    sampler = DistributedSampler(data.train, num_replicas=env.world_size, rank=env.rank, shuffle=True,
-                                 seed=args.seed)
-    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler)
-    progress = Progress(total_steps=args.max_steps or args.epochs * len(loader))
-    epochs = math.ceil(progress.total_steps / len(loader))
-    for epoch in range(1, epochs + 1):
+    sampler = ResumableSampler(data.train, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=args.seed)
+    # Own generators: creating a loader's iterator would otherwise draw from the global RNG, which a resumed
+    # run restores part-way through an epoch.
+    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, generator=torch.Generator())
+    loop = _Loop(model=model, net=net, optimizer=build_optimizer(model.parameters(), args.lr), loader=loader,
+                 progress=Progress(total_steps=args.max_steps or args.epochs * len(loader)), env=env,
+                 device=device, args=args, reporter=reporter)
+    start = loop.resume()
+    loop.progress.step = start.step
+    epochs = math.ceil(loop.progress.total_steps / len(loader))
+    train_loss = float("nan")
+    for epoch in range(start.epoch, epochs + 1):
         sampler.set_epoch(epoch)
-        train_loss = _train_epoch(epoch, model, optimizer, loader, progress, env, device, args, reporter)
+        first_batch = start.batches_in_epoch if epoch == start.epoch else 0
+        sampler.skip_samples = first_batch * args.batch_size
+        train_loss = loop.epoch(epoch, first_batch)
         eval_loss, eval_accuracy = evaluate(model, data, args, env, device)
-        reporter.epoch_end(epoch, progress.step, train_loss, eval_loss, eval_accuracy)
-    global_samples = _all_sum([float(progress.samples)], env, device)[0]
+        whole_epoch = loop.reached.batches_in_epoch >= len(loader)
+        loop.save(Position(step=loop.progress.step, epoch=epoch + 1) if whole_epoch else loop.reached)
+        reporter.epoch_end(epoch, loop.progress.step, train_loss, eval_loss, eval_accuracy)
+    if start.epoch > epochs:  # resumed from the checkpoint at the very end
+        eval_loss, eval_accuracy = evaluate(model, data, args, env, device)
+    global_samples = _all_sum([float(loop.progress.samples)], env, device)[0]
     return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": env.world_size,
-            "num_nodes": env.num_nodes, "epochs": epochs, "steps": progress.step, "train_loss": train_loss,
+            "num_nodes": env.num_nodes, "epochs": epochs, "steps": loop.progress.step, "train_loss": train_loss,
             "eval_loss": eval_loss, "eval_accuracy": eval_accuracy,
-            "samples_per_second": global_samples / progress.seconds, "dataset": data.description,
-            "device": device.type, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
-            "param_digests": _all_digests(net, env)}
+            "samples_per_second": global_samples / max(loop.progress.seconds, 1e-9),
+            "dataset": data.description, "device": device.type, "batch_size": args.batch_size, "lr": args.lr,
+            "seed": args.seed, "resumed_from_step": start.step, "param_digests": _all_digests(net, env)}
 
 
 @record

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, mask, scrub, secret_values
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +27,8 @@ class DistEnv:
     launched: bool = False  # started by a distributed launcher, even at world size 1
     master_addr: str = ""
     master_port: str = ""
+    plan_env: tuple[str, ...] = ()  # the variables the launch plan added, by name
+    secret_names: tuple[str, ...] = ()  # names the profile marks secret
 
     @property
     def is_main(self) -> bool:
@@ -40,28 +45,64 @@ class DistEnv:
                    node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
                    num_nodes=int(env.get("GROUP_WORLD_SIZE", max(1, world_size // local_world_size))),
                    launched="RANK" in env and "WORLD_SIZE" in env,
-                   master_addr=env.get("MASTER_ADDR", ""), master_port=env.get("MASTER_PORT", ""))
+                   master_addr=env.get("MASTER_ADDR", ""), master_port=env.get("MASTER_PORT", ""),
+                   plan_env=_names(env.get(PLAN_ENV_VARIABLE, "")),
+                   secret_names=_names(env.get(SECRET_NAMES_VARIABLE, "")))
+
+    def shown(self, name: str) -> str:
+        """A variable's value as this process may print it: secrets masked."""
+        return mask(name, os.environ.get(name, ""), self.secret_names)
+
+    @staticmethod
+    def secret_values() -> tuple[str, ...]:
+        return secret_values(os.environ)
+
+
+def _names(listed: str) -> tuple[str, ...]:
+    return tuple(name for name in listed.split(",") if name)
+
+
+class RendezvousError(RuntimeError):
+    """The ranks did not all meet: says where this rank waited, for how long, and what to check."""
 
 
 @contextmanager
-def rank_output(path: Path, *, echo: bool) -> Iterator[None]:
+def rendezvous(env: DistEnv, timeout_s: int | None) -> Iterator[None]:
+    """Around process-group creation: any failure there becomes a RendezvousError naming the address."""
+    started = time.monotonic()
+    try:
+        yield
+    except Exception as error:
+        text = str(error).strip()
+        cause = text.splitlines()[0][:300].rstrip(".") if text else type(error).__name__
+        where = f"{env.master_addr}:{env.master_port}" if env.master_addr else "the launcher's store"
+        limit = f"timeout {timeout_s} s" if timeout_s else "torch's default timeout"
+        raise RendezvousError(
+            f"rank {env.rank} of {env.world_size}: the rendezvous at {where} did not complete after "
+            f"{time.monotonic() - started:.0f} s ({limit}): {cause}. Check that {where} is the head node's address "
+            "and a free port, reachable from every node, and that every node of the job started") from None
+
+
+@contextmanager
+def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Iterator[None]:
     """While inside, this process's stdout and stderr (Python's and native code's) go to ``path``; with
     ``echo``, to the console it had as well. Every rank keeps a complete log, tracebacks included; only the
-    main rank's reaches the terminal. On the way out the console is restored (a notebook keeps its own)."""
+    main rank's reaches the terminal. Secret values are masked on the way. On the way out the console is
+    restored (a notebook keeps its own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(path, "ab", buffering=0) as log:
-        pump = _start_tee(log, saved[1]) if echo else None
+        pump = _start_tee(log, saved[1] if echo else None, secrets) if echo or secrets else None
         if pump is None:
             for fd in (1, 2):
                 os.dup2(log.fileno(), fd)
         failure = ""
         try:
             yield
-        except BaseException:
-            failure = traceback.format_exc()
+        except BaseException as error:
+            failure = "" if getattr(error, "expected", False) else traceback.format_exc()
             raise
         finally:
             sys.stdout.flush()
@@ -71,24 +112,39 @@ def rank_output(path: Path, *, echo: bool) -> Iterator[None]:
                 os.close(original)
             if pump is not None:
                 pump.join(timeout=10)
-            log.write(failure.encode())
+            log.write(scrub(failure, secrets).encode())
 
 
-def _start_tee(log: BinaryIO, console_fd: int) -> threading.Thread:
-    """Point stdout and stderr at a pipe whose reader copies everything to the log and the console."""
-    console = os.fdopen(os.dup(console_fd), "wb", buffering=0)
+def _start_tee(log: BinaryIO, console_fd: int | None, secrets: tuple[str, ...]) -> threading.Thread:
+    """Point stdout and stderr at a pipe whose reader copies everything to the log (and the console)."""
+    sinks = [log] if console_fd is None else [log, os.fdopen(os.dup(console_fd), "wb", buffering=0)]
     read_end, write_end = os.pipe()
     for fd in (1, 2):
         os.dup2(write_end, fd)
     os.close(write_end)
-    pump = threading.Thread(target=_pump, args=(read_end, (log, console)), daemon=True)
+    pump = threading.Thread(target=_pump, args=(read_end, tuple(sinks), secrets), daemon=True)
     pump.start()
     return pump
 
 
-def _pump(read_end: int, sinks: tuple[BinaryIO, ...]) -> None:
+def _pump(read_end: int, sinks: tuple[BinaryIO, ...], secrets: tuple[str, ...]) -> None:
+    """Copy whole lines, with secrets masked (a secret split across two reads is still masked)."""
+    pending = b""
     with os.fdopen(read_end, "rb", buffering=0) as source:
         while chunk := source.read(65536):
-            for sink in sinks:
-                sink.write(chunk)
-    sinks[-1].close()
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1 if len(pending) < 1 << 20 else len(pending)
+            _write(sinks, pending[:cut], secrets)
+            pending = pending[cut:]
+    _write(sinks, pending, secrets)
+    if len(sinks) > 1:
+        sinks[-1].close()
+
+
+def _write(sinks: tuple[BinaryIO, ...], data: bytes, secrets: tuple[str, ...]) -> None:
+    if not data:
+        return
+    if secrets:
+        data = scrub(data.decode(errors="surrogateescape"), secrets).encode(errors="surrogateescape")
+    for sink in sinks:
+        sink.write(data)

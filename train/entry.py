@@ -12,7 +12,8 @@ from contextlib import nullcontext
 from train.args import TrainArgs, parse_train_args
 from train.dist_env import DistEnv, rank_output
 from train.layout import rank_log_path
-from train.reporting import Reporter, record_failure
+from train import stop
+from train.reporting import Reporter, record_rank
 
 TrainFunction = Callable[[TrainArgs, DistEnv, Reporter], dict[str, object]]
 
@@ -34,8 +35,8 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS, give this rank its log, train, and write result.json on the main process."""
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     env = DistEnv.from_environ()
-    output = rank_output(rank_log_path(args.run_dir, env.rank), echo=env.is_main) if args.run_dir \
-        else nullcontext()
+    output = rank_output(rank_log_path(args.run_dir, env.rank), echo=env.is_main, secrets=env.secret_values()) \
+        if args.run_dir else nullcontext()
     with output:
         return _run(train, args, env)
 
@@ -45,14 +46,23 @@ def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
         rendezvous = f", rendezvous {env.master_addr}:{env.master_port}" if env.master_addr else ""
         print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
               f"{socket.gethostname()}, pid {os.getpid()}{rendezvous}", flush=True)
+        if env.plan_env:
+            print("environment from the plan: " + " ".join(f"{name}={env.shown(name)}" for name in env.plan_env),
+                  flush=True)
+    record_rank(args.run_dir, env.rank, "running")
     reporter = Reporter(args.run_dir, is_main=env.is_main)
     try:
         result = train(args, env, reporter)
-    except Exception as error:
-        record_failure(args.run_dir, env.rank, error)
+    except stop.StopRequested as request:
+        record_rank(args.run_dir, env.rank, "stopped", request)
+        reporter.say(f"{request}; the job continues from it when it runs again")
+        raise
+    except BaseException as error:
+        record_rank(args.run_dir, env.rank, "failed", error)
         raise
     if env.is_main:
         result = reporter.finish(**result)
         reporter.say(f"done: eval accuracy {result['eval_accuracy']:.2%} after {result['steps']} steps "
                      f"in {result['wall_seconds']:.1f} s")
+    record_rank(args.run_dir, env.rank, "finished")
     return 0

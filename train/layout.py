@@ -11,6 +11,8 @@ RESULT = "result.json"
 METRICS = "metrics.jsonl"
 STATE = "state.json"
 LOGS = "logs"
+CHECKPOINTS = "checkpoints"
+LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
 
 
 def rank_log_path(run_dir: str | Path, rank: int) -> Path:
@@ -18,9 +20,17 @@ def rank_log_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / LOGS / f"rank-{rank}.log"
 
 
-def failure_path(run_dir: str | Path, rank: int | str) -> Path:
-    """Where a rank that raised leaves a note saying why."""
-    return Path(run_dir) / LOGS / f"rank-{rank}.failure.json"
+def rank_state_path(run_dir: str | Path, rank: int | str) -> Path:
+    """Where each rank records its pid when it starts, and how it ended (finished, failed, stopped)."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.json"
+
+
+def latest_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:
+    """The last complete checkpoint's record (step, epoch, path relative to the run folder), or None."""
+    record = read_json(Path(run_dir) / CHECKPOINTS / LATEST_CHECKPOINT)
+    if record is None or not isinstance(record.get("path"), str) or not (Path(run_dir) / record["path"]).exists():
+        return None
+    return record
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -12,7 +13,8 @@ from typing import Any
 
 import torch
 
-from train.layout import METRICS, RESULT, failure_path, write_json_atomic
+from train.masking import scrub, scrub_data, secret_values
+from train.layout import METRICS, RESULT, rank_state_path, write_json_atomic
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Reporter:
         self.run_dir = Path(run_dir) if run_dir and is_main else None
         self.is_main = is_main
         self.started = time.perf_counter()
+        self.secrets = secret_values(os.environ)  # masked in everything written
 
     def say(self, message: str) -> None:
         if self.is_main:
@@ -50,7 +53,7 @@ class Reporter:
     def record(self, **metrics: Any) -> None:
         if self.run_dir is not None:
             with open(self.run_dir / METRICS, "a", encoding="utf-8") as sink:
-                sink.write(json.dumps({"time": round(time.time(), 3), **metrics}) + "\n")
+                sink.write(json.dumps(scrub_data({"time": round(time.time(), 3), **metrics}, self.secrets)) + "\n")
 
     def train_step(self, epoch: int, progress: Progress, mean_loss: float, world_size: int,
                    epoch_started: float) -> None:
@@ -69,19 +72,22 @@ class Reporter:
 
     def finish(self, **result: Any) -> dict[str, Any]:
         """Write result.json (atomically) with the wall time since start; return what was written."""
-        result = {**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}
+        result = scrub_data({**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}, self.secrets)
         if self.run_dir is not None:
             write_json_atomic(self.run_dir / RESULT, result)
         return result
 
 
-def record_failure(run_dir: str | None, rank: int, error: BaseException) -> None:
-    """Leave a note the launcher reads to say which rank failed first, and why."""
+def record_rank(run_dir: str | None, rank: int, status: str, error: BaseException | None = None) -> None:
+    """Record this rank's pid and how far it got (running, finished, failed, stopped), for the launcher's
+    report of which rank failed first; a rank killed from outside stays "running" with a dead pid."""
     if run_dir is None:
         return
-    note = {"rank": rank, "host": socket.gethostname(), "time": time.time(),
-            "error": f"{type(error).__name__}: {error}".splitlines()[0][:500]}
-    failure_path(run_dir, rank).write_text(json.dumps(note) + "\n", encoding="utf-8")
+    note = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "status": status, "time": time.time()}
+    if error is not None:
+        text = f"{type(error).__name__}: {error}".splitlines()[0][:500]
+        note["error"] = scrub(text, secret_values(os.environ))
+    write_json_atomic(rank_state_path(run_dir, rank), note)
 
 
 def parameter_digest(model: torch.nn.Module) -> str:

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from train import checkpoint, stop
 from train.args import TrainArgs
 from train.data import load_datasets
-from train.dist_env import DistEnv
+from train.dist_env import DistEnv, rendezvous
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net
 from train.reporting import Reporter, parameter_digest
@@ -70,6 +71,36 @@ def _progress_callback(reporter: Reporter, total_steps: int):  # type: ignore[no
     return Progress()
 
 
+def _checkpoint_callback(args: TrainArgs, world_size: int):  # type: ignore[no-untyped-def]
+    from transformers import TrainerCallback
+
+    class Checkpoints(TrainerCallback):
+        """The Trainer saves (its own checkpoint-N folders); this makes its saves follow launch's rules: at every
+        epoch end too, published in checkpoints/latest.json once whole, and at a scheduler's stop request."""
+
+        stopped: int | None = None
+
+        def on_step_end(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.stopped = stop.agreed(targs.device)
+            if self.stopped is not None:
+                control.should_save, control.should_training_stop = True, True
+
+        def on_epoch_end(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            control.should_save = bool(args.run_dir)
+            if self.stopped is not None:
+                control.should_evaluate = False  # the job is being ended: save and go
+
+        def on_save(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            _barrier()  # every process has written its part (RNG states) of the checkpoint
+            if state.is_world_process_zero and args.run_dir:
+                folder = Path(targs.output_dir) / f"checkpoint-{state.global_step}"
+                position = checkpoint.Position(step=state.global_step, epoch=int(np.floor(state.epoch or 0)) + 1)
+                checkpoint.point_at(args.run_dir, folder, position, strategy=STRATEGY, world_size=world_size)
+            _barrier()
+
+    return Checkpoints()
+
+
 def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-untyped-def]
     from transformers import TrainingArguments
 
@@ -79,7 +110,9 @@ def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-un
         per_device_eval_batch_size=max(args.batch_size, 256), num_train_epochs=args.epochs,
         max_steps=args.max_steps or -1, learning_rate=args.lr, lr_scheduler_type="constant",
         weight_decay=ADAMW_WEIGHT_DECAY, optim="adamw_torch", seed=args.seed, data_seed=args.seed,
-        eval_strategy="epoch", save_strategy="no", logging_steps=args.log_every, report_to=[],
+        eval_strategy="epoch", save_strategy="steps" if args.run_dir else "no",
+        save_steps=args.checkpoint_every or 10**9, save_total_limit=checkpoint.KEEP, logging_steps=args.log_every,
+        report_to=[], ddp_timeout=args.rendezvous_timeout or 1800,
         remove_unused_columns=False, label_names=["labels"], use_cpu=args.device == "cpu",
         disable_tqdm=True, log_level="warning", dataloader_num_workers=0, ddp_find_unused_parameters=False)
 
@@ -89,20 +122,27 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
 
     output_dir = Path(args.run_dir or ".") / "trainer"
     training_args = training_arguments(args, output_dir)
-    world_size = training_args.world_size  # sets up the process group, so the barrier below is real
+    with rendezvous(env, args.rendezvous_timeout):
+        world_size = training_args.world_size  # sets up the process group, so the barrier below is real
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=_barrier)
     reporter.say(f"trainer: {training_args.parallel_mode.value}, world size {training_args.world_size} on "
                  f"{env.num_nodes} node(s), device {training_args.device}, data: {data.description}")
     torch.manual_seed(args.seed)
     steps_per_epoch = int(np.ceil(len(data.train) / (args.batch_size * world_size)))
     total_steps = args.max_steps or args.epochs * steps_per_epoch
+    saves = _checkpoint_callback(args, world_size)
     trainer = _trainer_class()(model=Net(), args=training_args, train_dataset=data.train, eval_dataset=data.test,
                                data_collator=collate, compute_metrics=accuracy,
-                               callbacks=[_progress_callback(reporter, total_steps)])
+                               callbacks=[_progress_callback(reporter, total_steps), saves])
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # our Progress callback prints instead
-    outcome = trainer.train()
+    record = checkpoint.resumable(args.run_dir, resume=args.resume, strategy=STRATEGY, world_size=world_size)
+    if record is not None:
+        reporter.say(f"resumed from the checkpoint at step {record['step']}: {record['path']}")
+    outcome = trainer.train(resume_from_checkpoint=str(Path(args.run_dir or ".") / record["path"]) if record else None)
+    if saves.stopped is not None:
+        raise stop.StopRequested(saves.stopped, trainer.state.global_step)
     evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
     final = evaluations[-1] if evaluations else trainer.evaluate()  # eval_strategy=epoch ends with one
     digests = gather_object([parameter_digest(trainer.accelerator.unwrap_model(trainer.model))])
@@ -112,7 +152,8 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
             "eval_loss": final["eval_loss"], "eval_accuracy": final["eval_accuracy"],
             "samples_per_second": outcome.metrics["train_samples_per_second"], "dataset": data.description,
             "device": training_args.device.type, "parallel_mode": training_args.parallel_mode.value,
-            "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "param_digests": digests}
+            "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
+            "resumed_from_step": record["step"] if record else 0, "param_digests": digests}
 
 
 def _last_epoch_loss(history: list[dict[str, float]]) -> float:

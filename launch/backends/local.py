@@ -69,6 +69,7 @@ def run_node(run_dir: Path, node: NodeCommand) -> Outcome:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    _stop_stragglers(run_dir)
     status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     return outcome
@@ -157,6 +158,22 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         return process.wait()
+
+
+def _stop_stragglers(run_dir: Path) -> None:
+    """Kill workers that outlived their launcher (torchrun killed by SIGKILL leaves them in their own sessions).
+
+    A recorded pid counts only while its command line still names this run folder, so a reused pid is safe.
+    """
+    import psutil
+
+    for pid in runs.rank_pids(run_dir):
+        try:
+            worker = psutil.Process(pid)
+            if str(run_dir) in " ".join(worker.cmdline()):
+                worker.kill()
+        except psutil.Error:
+            continue
 
 
 def _shell_status(returncode: int) -> int:

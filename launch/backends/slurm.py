@@ -15,7 +15,7 @@ from pathlib import Path
 from launch import runs
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan
-from launch.secrets import looks_secret
+from train.masking import looks_secret
 
 POLL_S = 1.0
 _FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -46,8 +46,8 @@ def submit(plan: LaunchPlan) -> str:
     return job_id
 
 
-def _secrets(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    return {name: value for name, value in env if looks_secret(name)}
+def _secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
+    return {name: value for name, value in env if looks_secret(name, marked)}
 
 
 def _submit_submitit(plan: LaunchPlan) -> str:
@@ -57,12 +57,13 @@ def _submit_submitit(plan: LaunchPlan) -> str:
 
     spec = plan.submitit
     assert spec is not None  # noqa: S101 - checked by the caller
-    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=0)
+    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout)
     executor.update_parameters(**dict(spec.parameters))
-    public = tuple((name, value) for name, value in spec.env if not looks_secret(name))  # pickled to disk
+    marked = plan.profile.secrets
+    public = tuple((name, value) for name, value in spec.env if not looks_secret(name, marked))  # pickled to disk
     task = Bootstrap(entry_module=spec.entry_module, train_argv=spec.train_argv, env=public, port=spec.port)
     previous = dict(os.environ)
-    os.environ.update(_secrets(spec.env))
+    os.environ.update(_secrets(spec.env, marked))
     try:
         with _quiet_stderr():
             return str(executor.submit(task).job_id)
@@ -92,7 +93,7 @@ def _quiet_stderr() -> Iterator[None]:
 def _submit_script(plan: LaunchPlan) -> str:
     if not plan.submit_argv:
         raise SubmitError(f"profile {plan.profile.name}: the plan has no batch script to submit")
-    secrets = _secrets(plan.nodes[0].env)
+    secrets = _secrets(plan.nodes[0].env, plan.profile.secrets)
     try:
         done = subprocess.run(list(plan.submit_argv), capture_output=True, text=True, cwd=plan.nodes[0].cwd,
                               env={**os.environ, **secrets}, timeout=120)

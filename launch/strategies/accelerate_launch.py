@@ -29,6 +29,8 @@ def node_argv(profile: Profile, python: str, node: NodeContext, train_argv: tupl
         # Per node, from the job: never the config's machine_rank 0 on every node.
         argv += ["--machine_rank", node.node_rank, "--main_process_ip", node.master_addr,
                  "--main_process_port", node.master_port]
+    if node.max_restarts:
+        argv += ["--max_restarts", str(node.max_restarts)]
     return [*argv, "-m", ENTRY_MODULE, *train_argv]
 
 

@@ -14,3 +14,4 @@ class NodeContext:
     node_rank: Arg
     master_addr: Arg | None  # None: one node, whose launcher finds a free port itself
     master_port: Arg | None
+    max_restarts: int = 0  # torchrun's elastic restarts of this node's workers

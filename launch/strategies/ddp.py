@@ -18,7 +18,7 @@ def torchrun_argv(profile: Profile, python: str, node: NodeContext) -> list[Arg]
         argv += ["--nnodes", str(profile.nodes), "--node_rank", node.node_rank,
                  "--master_addr", node.master_addr, "--master_port", node.master_port,
                  "--rdzv_conf", f"timeout={profile.rendezvous.timeout_s}"]
-    return argv + ["--nproc_per_node", str(profile.procs_per_node), "--max_restarts", "0"]
+    return argv + ["--nproc_per_node", str(profile.procs_per_node), "--max_restarts", str(node.max_restarts)]
 
 
 def node_argv(profile: Profile, python: str, node: NodeContext, train_argv: tuple[str, ...],

@@ -1,0 +1,135 @@
+"""Checkpoints in the run folder: staged in a temporary folder, renamed into place, then pointed at.
+
+``checkpoints/latest.json`` names the last complete checkpoint. It is replaced atomically, only after the
+checkpoint it names is whole, so a job killed at any moment leaves either the old pointer or the new one.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from train import stop
+from train.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint, write_json_atomic
+
+KEEP = 2  # complete checkpoints kept; older ones are removed once a newer one is in place
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed from here; the message says why and what to do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Position:
+    """Where training stands: optimizer steps taken, the epoch under way (1-based), its batches done."""
+
+    step: int = 0
+    epoch: int = 1
+    batches_in_epoch: int = 0
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random number generators: Python's, NumPy's, torch's CPU and CUDA ones."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def rng_bytes(state: dict[str, Any]) -> bytes:
+    """An RNG state as bytes, for gathering every rank's state onto the one that writes."""
+    return pickle.dumps(state)
+
+
+def staging_path(run_dir: str | Path, step: int) -> Path:
+    """The temporary folder the checkpoint of ``step`` is written into, the same on every rank."""
+    return Path(run_dir) / CHECKPOINTS / f".step-{step:08d}.tmp"
+
+
+def stage(run_dir: str | Path, step: int) -> Path:
+    """An empty staging folder for ``step`` (left-overs of a crash removed); made by one process."""
+    staged = staging_path(run_dir, step)
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    return staged
+
+
+def publish(run_dir: str | Path, staged: Path, position: Position, *, strategy: str, world_size: int) -> Path:
+    """Rename a fully written staged folder into place, point ``latest.json`` at it, prune old ones."""
+    final = staged.with_name(f"step-{position.step:08d}")
+    shutil.rmtree(final, ignore_errors=True)  # the same step saved again (epoch end after a step save)
+    os.replace(staged, final)
+    point_at(run_dir, final, position, strategy=strategy, world_size=world_size)
+    return final
+
+
+def point_at(run_dir: str | Path, checkpoint: Path, position: Position, *, strategy: str, world_size: int) -> None:
+    """Make ``checkpoint`` (complete, inside the run folder) the one a resumed run continues from."""
+    root = Path(run_dir)
+    (root / CHECKPOINTS).mkdir(exist_ok=True)
+    write_json_atomic(root / CHECKPOINTS / LATEST_CHECKPOINT,
+                      {**asdict(position), "path": str(checkpoint.relative_to(root)), "strategy": strategy,
+                       "world_size": world_size})
+    _prune(root / CHECKPOINTS, keep=checkpoint)
+
+
+def _prune(folder: Path, *, keep: Path) -> None:
+    complete = sorted(path for path in folder.glob("step-*") if path.is_dir() and path != keep)
+    for old in complete[:max(0, len(complete) - (KEEP - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_size: int) -> dict[str, Any] | None:
+    """The checkpoint record to continue from, or None to start afresh.
+
+    A run folder holding a checkpoint is never trained over from the start without ``--resume``, and a
+    checkpoint is only resumed by the strategy and world size that wrote it (its sampler positions and
+    per-rank states would not fit another).
+    """
+    if run_dir is None:
+        return None
+    record = latest_checkpoint(run_dir)
+    if record is None:
+        return None
+    where = Path(run_dir) / record["path"]
+    if not resume:
+        raise CheckpointError(f"{where}: this run folder already holds a checkpoint (step {record['step']}); "
+                              "pass --resume to continue from it, or use a new run folder")
+    if (record.get("strategy"), record.get("world_size")) != (strategy, world_size):
+        raise CheckpointError(f"{where}: written by strategy {record.get('strategy')} at world size "
+                              f"{record.get('world_size')}; this run is {strategy} at world size {world_size}. "
+                              "Resume with the same profile and strategy, or use a new run folder")
+    return record
+
+
+def position_of(record: dict[str, Any]) -> Position:
+    return Position(step=int(record["step"]), epoch=int(record["epoch"]),
+                    batches_in_epoch=int(record["batches_in_epoch"]))
+
+
+def after_step(position: Position, *, every: int | None, device: torch.device,
+               save: Callable[[Position], None]) -> None:
+    """Between steps: save when ``--checkpoint-every`` says so or when a stop was requested (agreed by every
+    rank), then honour the stop by raising ``StopRequested``."""
+    signum = stop.agreed(device)
+    if signum is not None or (every and position.step % every == 0):
+        save(position)
+    if signum is not None:
+        raise stop.StopRequested(signum, position.step)
