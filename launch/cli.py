@@ -115,19 +115,23 @@ def _plan(args: argparse.Namespace, train_argv: list[str], *, for_submit: bool) 
         train_args = parse_train_args(train_argv)
     except TrainArgsError as error:
         raise LaunchError(f"TRAIN_ARGS: {error}") from None
-    if args.run_dir is not None:
-        if not args.run_dir or any(ord(ch) < 32 or ch == "\x7f" for ch in args.run_dir):
-            raise LaunchError(f"--run-dir {args.run_dir!r}: must be a non-empty path without control characters")
-        run_dir = Path(args.run_dir)
-    elif for_submit:
-        run_dir = runs.default_run_dir(Path("runs"), profile.name, args.strategy, datetime.now())
-    else:  # render stays repeatable: the time is filled in when the job is submitted
-        run_dir = Path("runs") / f"{profile.name}-{args.strategy}-{RUN_TIME_PLACEHOLDER}"
-    if for_submit and getattr(args, "resume", False) and args.run_dir is None:
+    if args.run_dir is not None and (not args.run_dir or any(ord(ch) < 32 or ch == "\x7f" for ch in args.run_dir)):
+        raise LaunchError(f"--run-dir {args.run_dir!r}: must be a non-empty path without control characters")
+    if for_submit and args.resume and args.run_dir is None:
         raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
-    return build_plan(profile, args.strategy, train_args, run_dir=str(run_dir.absolute()),
-                      python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
-                      max_restarts=args.max_restarts)
+
+    def plan_in(run_dir: Path) -> LaunchPlan:
+        return build_plan(profile, args.strategy, train_args, run_dir=str(run_dir.absolute()),
+                          python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
+                          max_restarts=args.max_restarts)
+
+    if args.run_dir is not None:
+        return plan_in(Path(args.run_dir))
+    # render stays repeatable: the time is filled in when the job is submitted
+    placeholder = plan_in(Path("runs") / f"{profile.name}-{args.strategy}-{RUN_TIME_PLACEHOLDER}")
+    if not for_submit:
+        return placeholder
+    return plan_in(runs.claim_run_dir(Path("runs"), profile.name, args.strategy, datetime.now()))
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
@@ -140,13 +144,30 @@ def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
     if plan.profile.kind not in ("local", "slurm"):
         raise SubmitError(f"{plan.profile.source}: submitting kind {plan.profile.kind} profiles comes with "
                           "a later issue", "`render` shows the plan")
+    run_dir = Path(plan.run_dir)
+    created = args.run_dir is None or not run_dir.exists()  # claimed just now, or to be made now
+    try:
+        checkpoint = _prepare(plan, resume=args.resume)
+    except LaunchError:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran in it
+        raise
+    if checkpoint is not None:
+        print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
+                                                     if checkpoint else "from the start (it has no checkpoint)"))
+    if plan.profile.kind == "slurm":
+        return _submit_slurm(plan, detach=args.detach, created=created)
+    return _submit_local(plan, detach=args.detach)
+
+
+def _prepare(plan: LaunchPlan, *, resume: bool) -> dict[str, object] | None:
+    """Everything checked before a job starts, then the run folder; the checkpoint a resubmission continues."""
     missing = [name for name in plan.profile.secrets if name not in os.environ]
     if missing:
         raise SubmitError(f"{plan.profile.source}: secrets: {', '.join(missing)} not set in this environment",
                           "export it before submitting; launch passes secrets only through the environment")
     run_dir = Path(plan.run_dir)
-    existed = run_dir.exists()
-    if existed and (run_dir / runs.STATE).is_file():
+    if (run_dir / runs.STATE).is_file():
         from launch import backends
 
         if backends.is_active(backends.status(run_dir)):
@@ -155,13 +176,7 @@ def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
         from launch.backends import local
 
         local.preflight(plan.profile)
-    checkpoint = runs.prepare_run_dir(plan, render_text(plan), resume=args.resume)
-    if checkpoint is not None:
-        print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
-                                                     if checkpoint else "from the start (it has no checkpoint)"))
-    if plan.profile.kind == "slurm":
-        return _submit_slurm(plan, detach=args.detach, created=not existed)
-    return _submit_local(plan, detach=args.detach)
+    return runs.prepare_run_dir(plan, render_text(plan), resume=resume)
 
 
 def _submit_slurm(plan: LaunchPlan, *, detach: bool, created: bool) -> int:

@@ -62,7 +62,7 @@ def _plan(profile_name: str, strategy: str, run_dir: str | None, train_args: dic
             raise LaunchError(f"notebook.run: unknown training argument {key!r};{did_you_mean(key, allowed)} "
                               f"allowed: {', '.join(allowed)}")
     argv = [item for key, value in train_args.items() for item in ("--" + key.replace("_", "-"), str(value))]
-    directory = Path(run_dir) if run_dir else runs.default_run_dir(Path("runs"), profile.name, strategy,
+    directory = Path(run_dir) if run_dir else runs.claim_run_dir(Path("runs"), profile.name, strategy,
                                                                     datetime.now())
     return build_plan(profile, strategy, parse_train_args(argv), run_dir=str(directory.absolute()),
                       python=sys.executable, workdir=str(Path.cwd()))

@@ -17,6 +17,9 @@ from launch.rendezvous import TORCH_CONTRACT
 from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
 
 LAUNCH_VARIABLES = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)
+# Measured on Slurm 22.05: with the signal 100 s before a 2 min limit, a requeued job got it at once, before its
+# tasks could handle it (and died); with 60 s it ran.
+MIN_RUN_BEFORE_SIGNAL_S = 60
 from launch.sbatch import SBATCH_OPTIONS, managed_option
 
 def _bundled_dir() -> Path:
@@ -357,9 +360,11 @@ def _check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
                 if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
     problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
                  for key in ("signal_delay_s", "max_timeouts") if getattr(slurm, key) < 0]
-    if slurm.signal_delay_s >= slurm.time_min * 60:
-        problems.append(f"slurm.signal_delay_s: {slurm.signal_delay_s} s is not before the end of a "
-                        f"{slurm.time_min} min job; make it less than {slurm.time_min * 60}")
+    most = slurm.time_min * 60 - MIN_RUN_BEFORE_SIGNAL_S
+    if slurm.signal_delay_s > most:
+        problems.append(f"slurm.signal_delay_s: {slurm.signal_delay_s} s before the end of a {slurm.time_min} min "
+                        f"job leaves less than {MIN_RUN_BEFORE_SIGNAL_S} s before the signal (SLURM then signals a "
+                        f"requeued job as it starts, killing it); use at most {max(most, 0)} or a longer time_min")
     problems += _check_sbatch_text(slurm)
     gpus = slurm.gpus_per_node
     if gpus is not None and profile.device == "cuda" and gpus != profile.procs_per_node:

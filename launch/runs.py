@@ -13,7 +13,7 @@ from train.layout import (LOGS, PLAN_TEXT, RESULT, STATE, latest_checkpoint, ran
                           write_json_atomic)
 
 # The layout itself is train.layout's (the jobs write into the same folder); re-exported for the host side.
-__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "default_run_dir", "first_failure",
+__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "claim_run_dir", "first_failure",
            "latest_checkpoint", "prepare_run_dir", "rank_log_path", "rank_pids", "read_json", "write_json_atomic"]
 
 # What a rank's error says when the rank is only a casualty of another one's death (gloo's and NCCL's words).
@@ -21,14 +21,21 @@ _PEER_LOST = ("connection closed by peer", "connection reset by peer", "broken p
               "nccl communicator was aborted", "remote process exited")
 
 
-def default_run_dir(root: Path, profile_name: str, strategy: str, now: datetime) -> Path:
-    """``runs/<profile>-<strategy>-<time>``, with a counter if that folder is taken."""
+def claim_run_dir(root: Path, profile_name: str, strategy: str, now: datetime) -> Path:
+    """Create and return ``runs/<profile>-<strategy>-<time>``, with a counter if that folder is taken.
+
+    The folder is made here, atomically, so two jobs submitted in the same second never share one.
+    """
     base = root / f"{profile_name}-{strategy}-{now:%Y%m%d-%H%M%S}"
-    candidate, counter = base, 1
-    while candidate.exists():
-        counter += 1
-        candidate = base.with_name(f"{base.name}-{counter}")
-    return candidate
+    root.mkdir(parents=True, exist_ok=True)
+    for counter in range(1, 10_000):
+        candidate = base if counter == 1 else base.with_name(f"{base.name}-{counter}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise SubmitError(f"{root}: no free run folder name for {base.name}", "clean up old runs")
 
 
 def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -> dict[str, Any] | None:
@@ -43,7 +50,7 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -
         raise SubmitError(f"--run-dir {run_dir}: is a file", "give a folder that does not exist yet")
     held = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
     checkpoint = _continued_run(run_dir, plan_text, held) if held else None
-    if resume and checkpoint is None:
+    if resume and not checkpoint:
         raise SubmitError(f"--resume: {run_dir} has no checkpoint to continue from",
                           "leave --resume out to start this run from the beginning")
     try:
@@ -115,7 +122,7 @@ def first_failure(run_dir: Path) -> dict[str, Any] | None:
     if own:
         return min(own, key=lambda note: note.get("time", 0.0))
     silent = [note for note in notes if note.get("status") == "running"]
-    if silent and failed:  # the others lost it as a peer: it died first
+    if silent and len(silent) < len(notes):  # the others lost it as a peer, or were stopped after it died
         return {**silent[0], "error": "died without an error of its own (killed by a signal from outside, "
                                       "or by the out-of-memory killer)"}
     return min(failed, key=lambda note: note.get("time", 0.0), default=None)

@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m launch ARGS`` as a user would type it; output captured as text."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # from any folder
     return subprocess.run([sys.executable, "-m", "launch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": path, **(env or {})})
 
 
 @pytest.fixture

@@ -62,6 +62,11 @@ def test_profiles_command_lists_and_resolves() -> None:
 
 
 BAD_PROFILES = [
+    ("kind: slurm\nslurm:\n  time_min: 2\n  signal_delay_s: 100\n",
+     ["slurm.signal_delay_s: 100 s before the end of a 2 min job", "use at most 60"]),
+    ("kind: local\nsecrets: HF_TOKEN\n", ["secrets: expected a list of strings"]),
+    ("kind: local\nsecrets: [MY TOKEN, RANK]\n", ["secrets[0]: 'MY TOKEN' is not a valid environment variable",
+                                                   "secrets[1]: set by launch for every worker"]),
     ("kind: [local\n", ["invalid YAML", ":1:"]),
     ("kind: local\nprocs_per_nod: 2\n", ["procs_per_nod: unknown key", "did you mean 'procs_per_node'?"]),
     ("kind: slurm\nslurm:\n  partiton: gpu\n", ["slurm.partiton: unknown key", "did you mean 'partition'?"]),

@@ -47,7 +47,8 @@ class TrainArgs:
             if value is True:
                 argv.append(_flag(field.name))
             elif value != field.default and value is not None:
-                argv += [_flag(field.name), str(value)]
+                text = str(value)  # a value that looks like an option must be attached to its flag
+                argv += [f"{_flag(field.name)}={text}"] if text.startswith("-") else [_flag(field.name), text]
         return tuple(argv)
 
 

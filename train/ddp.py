@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -23,7 +22,7 @@ from train import checkpoint
 from train.args import TrainArgs, default_dist_backend
 from train.checkpoint import Position, rng_state, set_rng_state
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, rendezvous
+from train.dist_env import DistEnv, init_process_group
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
@@ -74,10 +73,7 @@ def _start(args: TrainArgs, env: DistEnv) -> torch.device:
     device = resolve_device(args.device, env.local_rank)
     if env.launched:
         backend = args.dist_backend if args.dist_backend != "auto" else default_dist_backend(device.type)
-        timeout = timedelta(seconds=args.rendezvous_timeout) if args.rendezvous_timeout else None
-        with rendezvous(env, args.rendezvous_timeout):
-            dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
-                                    timeout=timeout)
+        init_process_group(env, backend, args.rendezvous_timeout, device if device.type == "cuda" else None)
     return device
 
 

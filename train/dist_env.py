@@ -83,6 +83,18 @@ def rendezvous(env: DistEnv, timeout_s: int | None) -> Iterator[None]:
             "and a free port, reachable from every node, and that every node of the job started") from None
 
 
+def init_process_group(env: DistEnv, backend: str, timeout_s: int | None, device: object = None) -> None:
+    """torch.distributed's default group, from torch's contract, failing after ``timeout_s`` with a
+    RendezvousError that names the address, instead of waiting for torch's default 30 minutes."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    with rendezvous(env, timeout_s):
+        dist.init_process_group(backend=backend, device_id=device,
+                                timeout=timedelta(seconds=timeout_s) if timeout_s else None)
+
+
 @contextmanager
 def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Iterator[None]:
     """While inside, this process's stdout and stderr (Python's and native code's) go to ``path``; with

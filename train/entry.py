@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -31,6 +32,13 @@ def exit_worker(status: int) -> NoReturn:
     os._exit(status)
 
 
+def _terminated(run_dir: str | None, rank: int, signum: int) -> NoReturn:
+    """Stopped by the launcher (torchrun ends the other ranks when one dies): say so, so that the launcher can
+    tell this rank from the one that died first, then end as SIGTERM would have."""
+    record_rank(run_dir, rank, "stopped", reason=f"terminated by {signal.Signals(signum).name}")
+    exit_worker(128 + signum)
+
+
 def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS, give this rank its log, train, and write result.json on the main process."""
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
@@ -50,6 +58,8 @@ def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
             print("environment from the plan: " + " ".join(f"{name}={env.shown(name)}" for name in env.plan_env),
                   flush=True)
     record_rank(args.run_dir, env.rank, "running")
+    if not stop.watching():  # under a scheduler's shim SIGTERM means "checkpoint, then stop" instead
+        signal.signal(signal.SIGTERM, lambda signum, frame: _terminated(args.run_dir, env.rank, signum))
     reporter = Reporter(args.run_dir, is_main=env.is_main)
     try:
         result = train(args, env, reporter)

@@ -78,15 +78,17 @@ class Reporter:
         return result
 
 
-def record_rank(run_dir: str | None, rank: int, status: str, error: BaseException | None = None) -> None:
+def record_rank(run_dir: str | None, rank: int, status: str, error: BaseException | None = None, *,
+                reason: str = "") -> None:
     """Record this rank's pid and how far it got (running, finished, failed, stopped), for the launcher's
     report of which rank failed first; a rank killed from outside stays "running" with a dead pid."""
     if run_dir is None:
         return
     note = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "status": status, "time": time.time()}
     if error is not None:
-        text = f"{type(error).__name__}: {error}".splitlines()[0][:500]
-        note["error"] = scrub(text, secret_values(os.environ))
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][:500]
+    if reason:
+        note["error"] = scrub(reason, secret_values(os.environ))
     write_json_atomic(rank_state_path(run_dir, rank), note)
 
 

@@ -42,6 +42,10 @@ def _record(signum: int, frame: object) -> None:
         _requested = signum
 
 
+def watching() -> bool:
+    return _watching
+
+
 def requested() -> int | None:
     return _requested
 

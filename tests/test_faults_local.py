@@ -1,0 +1,220 @@
+"""Faults on this machine, with real torchrun and gloo: a rank killed from outside, elastic restarts, resumed
+runs that end exactly where an uninterrupted one does, a peer that never comes, two jobs at once, secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tests.test_local_e2e import _processes_mentioning, _wait_for
+
+pytestmark = pytest.mark.e2e
+
+# 62 steps make an epoch at world size 2 and batch 64: 90 steps cross an epoch boundary.
+TRAIN = ["--max-steps", "90", "--checkpoint-every", "10", "--seed", "3", "--log-every", "10"]
+
+
+def _submit_args(run_dir: Path, *extra: str) -> list[str]:
+    return ["submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir), *extra, "--", *TRAIN]
+
+
+def _checkpoint_step(run_dir: Path) -> int:
+    try:
+        return int(json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def _kill_rank_once_checkpointed(run_dir: Path, rank: int, step: int, timeout_s: float = 120) -> None:
+    """SIGKILL one worker (from outside, as the OOM killer would) once a checkpoint at ``step`` or later exists."""
+    deadline = time.monotonic() + timeout_s
+    while _checkpoint_step(run_dir) < step:
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    os.kill(json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text())["pid"], signal.SIGKILL)
+
+
+def _result(run_dir: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((run_dir / "result.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    done = run_cli(*_submit_args(run_dir))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return _result(run_dir)
+
+
+def test_a_killed_run_resubmitted_ends_with_the_same_steps_and_parameters(uninterrupted: dict,  # type: ignore[type-arg]
+                                                                          tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    started = run_cli(*_submit_args(run_dir, "--detach"))
+    assert started.returncode == 0, started.stderr
+    _kill_rank_once_checkpointed(run_dir, rank=1, step=20)
+    assert _wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    assert not (run_dir / "result.json").exists()
+
+    again = run_cli(*_submit_args(run_dir))  # the same plan, into the same folder: it continues
+    assert again.returncode == 0, again.stderr[-2000:]
+    resumed_from = _result(run_dir)["resumed_from_step"]
+    assert re.search(rf"continuing the run in .* from its checkpoint at step {resumed_from}", again.stdout)
+    assert 20 <= resumed_from < 90, "it continued from a checkpoint, not from the start"
+    assert _result(run_dir)["steps"] == uninterrupted["steps"] == 90
+    assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"], \
+        "a deterministic run resumed from a checkpoint must end with exactly the same parameters"
+    evals = [json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "eval"]
+    assert evals == [1, 2], "every epoch evaluated once, none repeated"
+
+
+def test_max_restarts_restarts_a_killed_worker_from_the_last_checkpoint(uninterrupted: dict,  # type: ignore[type-arg]
+                                                                        tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "launch", *_submit_args(run_dir, "--max-restarts", "1")], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _kill_rank_once_checkpointed(run_dir, rank=1, step=20)
+    stdout, stderr = job.communicate(timeout=300)
+    assert job.returncode == 0, stderr[-2000:]
+    assert re.search(r"resumed from the checkpoint at step \d+", stdout)
+    assert _result(run_dir)["steps"] == 90
+    assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"]
+
+
+def test_a_killed_worker_stops_the_whole_job_fast_and_is_named(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "ddp",
+                            "--run-dir", str(run_dir), "--", "--epochs", "50"], cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: (run_dir / "logs" / "rank-1.json").is_file(), 120)
+    time.sleep(2)  # well into training
+    os.kill(json.loads((run_dir / "logs" / "rank-1.json").read_text())["pid"], signal.SIGKILL)
+    killed = time.monotonic()
+    _, stderr = job.communicate(timeout=120)
+    assert time.monotonic() - killed < 15, "the job must stop within seconds of losing a rank"
+    assert job.returncode != 0
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("launch: error: the job failed") and "rank 1 on" in last, last
+    assert "died without an error of its own" in last and str(run_dir / "logs" / "rank-1.log") in last
+    assert not _processes_mentioning(str(run_dir)), "no process of the job may be left behind"
+
+
+def test_workers_do_not_outlive_a_killed_torchrun(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "ddp",
+                            "--run-dir", str(run_dir), "--", "--epochs", "50"], cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: (run_dir / "logs" / "rank-1.json").is_file(), 120)
+    os.kill(json.loads((run_dir / "state.json").read_text())["job_pid"], signal.SIGKILL)  # torchrun itself
+    job.communicate(timeout=120)
+    assert job.returncode == 137
+    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 10), "workers outlived torchrun"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(("module", "rank"), [("train.ddp", 0), ("train.ddp", 1), ("train.accelerated", 1),
+                                              ("train.trainer", 1)])
+def test_a_peer_that_never_comes_fails_after_the_rendezvous_timeout(tmp_path: Path, module: str, rank: int) -> None:
+    """Rank 0 waiting for a rank that never starts, or rank 1 looking for a head that is not there."""
+    port = _free_port()
+    env = {key: value for key, value in os.environ.items() if key not in ("LOCAL_WORLD_SIZE", "GROUP_RANK")}
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               ACCELERATE_USE_CPU="true")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", module, "--run-dir", str(tmp_path), "--device", "cpu",
+                           "--rendezvous-timeout", "4", "--max-steps", "1"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert time.monotonic() - started < 60, "it must not wait for torch's default 30 minutes"
+    note = json.loads((tmp_path / "logs" / f"rank-{rank}.json").read_text())
+    assert note["status"] == "failed"
+    assert f"the rendezvous at 127.0.0.1:{port} did not complete" in note["error"]
+    assert "timeout 4 s" in note["error"] and f"rank {rank} of 2" in note["error"]
+
+
+def test_two_jobs_at_once_get_their_own_folders_and_ports(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "ddp", "--",
+               "--max-steps", "30", "--log-every", "10"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # run from another folder, installed or not
+    jobs = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env) for _ in range(2)]
+    outputs = [job.communicate(timeout=300) for job in jobs]
+    for job, (stdout, stderr) in zip(jobs, outputs, strict=True):
+        assert job.returncode == 0, stderr[-2000:]
+    folders = sorted((tmp_path / "runs").iterdir())
+    assert len(folders) == 2, "each job gets its own run folder, even when submitted in the same second"
+    rendezvous = set()
+    for folder in folders:
+        assert _result(folder)["steps"] == 30
+        banner = (folder / "logs" / "rank-0.log").read_text()
+        rendezvous.add(re.search(r"rendezvous (\S+)", banner).group(1))  # type: ignore[union-attr]
+    assert len(rendezvous) == 2, "the two jobs must not share a rendezvous port"
+
+
+SECRETS = {"HF_TOKEN": "hf_inherited_1234567", "DATABASE_URL": "postgres://bob:pw-987654@db/x"}
+PROFILE_SECRET = "profile-api-key-5555"
+
+
+def test_secrets_reach_the_workers_and_no_file_of_the_run(write_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    profile = write_profile(f"extends: local-cpu\nsecrets: [DATABASE_URL]\nenv:\n  API_KEY: {PROFILE_SECRET}\n"
+                            "  LOG_LEVEL: info\n")
+    run_dir = tmp_path / "run"
+    command = ["--profile", str(profile), "--strategy", "ddp", "--run-dir", str(run_dir)]
+    rendered = run_cli("render", *command, env=SECRETS).stdout
+    assert "API_KEY=****" in rendered and "LOG_LEVEL=info" in rendered and PROFILE_SECRET not in rendered
+    started = run_cli("submit", *command, "--detach", "--", "--epochs", "50", "--log-every", "5", env=SECRETS)
+    assert started.returncode == 0, started.stderr
+    log = run_dir / "logs" / "rank-1.log"
+    assert _wait_for(lambda: log.is_file() and "environment from the plan" in log.read_text(), 120)
+    worker = json.loads((run_dir / "logs" / "rank-1.json").read_text())["pid"]
+    received = dict(item.split("=", 1) for item in Path(f"/proc/{worker}/environ").read_text().split("\0") if "=" in item)
+    assert {name: received.get(name) for name in SECRETS} == SECRETS and received["API_KEY"] == PROFILE_SECRET
+    assert "API_KEY=****" in log.read_text() and "LOG_LEVEL=info" in log.read_text()
+    assert run_cli("cancel", str(run_dir)).returncode == 0
+    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 60)
+    written = [path for path in run_dir.rglob("*") if path.is_file()]
+    assert len(written) >= 6  # plan, state, logs, rank records, checkpoints
+    for path in written:
+        content = path.read_bytes()
+        for value in (*SECRETS.values(), PROFILE_SECRET):
+            assert value.encode() not in content, f"{value} leaked into {path}"
+
+
+def test_a_marked_secret_missing_from_the_environment_fails_before_anything_runs(write_profile,  # type: ignore[no-untyped-def]
+                                                                                 tmp_path: Path) -> None:
+    profile = write_profile("extends: local-cpu\nsecrets: [NOT_SET_ANYWHERE]\n")
+    done = run_cli("submit", "--profile", str(profile), "--strategy", "ddp", "--run-dir", str(tmp_path / "r"))
+    assert done.returncode == 2 and "secrets: NOT_SET_ANYWHERE not set in this environment" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_rank_logs_mask_secret_values_whatever_prints_them(tmp_path: Path) -> None:
+    """A library printing a token (stdout or stderr, Python or native) still leaves no token in the rank log."""
+    code = ("from pathlib import Path\nfrom train.dist_env import rank_output\nfrom train.masking import secret_values\n"
+            "import os, sys\nwith rank_output(Path(sys.argv[1]), echo=True, secrets=secret_values(os.environ)):\n"
+            "    print('token is', os.environ['HF_TOKEN'], flush=True)\n"
+            "    os.write(2, ('url ' + os.environ['DATABASE_URL'] + '\\n').encode())\n"
+            "    raise SystemExit('failed with ' + os.environ['HF_TOKEN'])\n")
+    log = tmp_path / "rank-0.log"
+    done = subprocess.run([sys.executable, "-c", code, str(log)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **SECRETS, "LAUNCH_SECRET_NAMES": "DATABASE_URL"})
+    text = log.read_text()
+    assert "token is ****" in text and "url ****" in text and "failed with ****" in text
+    assert "token is ****" in done.stdout, "the terminal copy is masked too"
+    for value in SECRETS.values():
+        assert value not in text and value not in done.stdout

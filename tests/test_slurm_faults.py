@@ -1,0 +1,148 @@
+"""Faults on the real SLURM test cluster: preemption (USR2), the time limit, a requeue from outside (SIGTERM),
+two jobs at once, secrets. Each job spans both nodes; each must finish with its full step count and no
+epoch trained twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_local_e2e import _processes_mentioning, _wait_for
+
+pytestmark = pytest.mark.e2e
+
+# World size 4, batch 16: 125 steps an epoch on the embedded digits.
+STEPS_PER_EPOCH = 125
+
+
+def _slurm(env: dict[str, str], *argv: str) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _submit(env: dict[str, str], run_dir: Path, *train: str, profile: str = "slurm-local-2x2") -> str:
+    started = run_cli("submit", "--profile", profile, "--strategy", "ddp", "--run-dir", str(run_dir), "--detach",
+                      "--", "--batch-size", "16", "--checkpoint-every", "1000", "--log-every", "10", *train, env=env)
+    assert started.returncode == 0, started.stderr
+    return re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
+
+
+def _log(run_dir: Path) -> str:
+    path = run_dir / "logs" / "rank-0.log"
+    return path.read_text() if path.is_file() else ""
+
+
+def _at_step(run_dir: Path, step: int) -> bool:
+    return any(int(found) >= step for found in re.findall(r"step (\d+)/", _log(run_dir)))
+
+
+def _finished(env: dict[str, str], run_dir: Path, timeout_s: float) -> dict:  # type: ignore[type-arg]
+    assert _wait_for(lambda: re.search(r": (finished|failed|cancelled)", run_cli("status", str(run_dir), env=env).stdout),
+                     timeout_s), _log(run_dir)[-3000:]
+    assert ": finished" in run_cli("status", str(run_dir), env=env).stdout, _log(run_dir)[-3000:]
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def _evaluated_epochs(run_dir: Path) -> list[int]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row["epoch"] for row in rows if row["kind"] == "eval"]
+
+
+def _stops_and_resumes(run_dir: Path, signal_name: str) -> list[tuple[int, int]]:
+    """(step stopped at, step resumed from) for every stop the job went through, in order."""
+    log = _log(run_dir)
+    stopped = [int(step) for step in re.findall(rf"stopped by {signal_name} at step (\d+)", log)]
+    resumed = [int(step) for step in re.findall(r"resumed from the checkpoint at step (\d+)", log)]
+    return list(zip(stopped, resumed, strict=False))
+
+
+@pytest.mark.parametrize(("how", "signal_name"), [("preempt", "SIGUSR2"), ("requeue", "SIGTERM")])
+def test_a_preempted_or_requeued_job_checkpoints_and_continues_where_it_stopped(  # type: ignore[no-untyped-def]
+        slurm_cluster, tmp_path: Path, how: str, signal_name: str) -> None:
+    """USR2 is what preemption sends (submitit requeues the job); ``scontrol requeue`` sends SIGTERM, which
+    submitit itself ignores: every task must still checkpoint before it ends."""
+    run_dir = tmp_path / "run"
+    job_id = _submit(slurm_cluster, run_dir, "--max-steps", str(2 * STEPS_PER_EPOCH + 50))
+    assert _wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
+    if how == "preempt":
+        _slurm(slurm_cluster, "scancel", "--signal=USR2", job_id)
+    else:
+        _slurm(slurm_cluster, "scontrol", "requeue", job_id)
+    result = _finished(slurm_cluster, run_dir, 300)
+    assert result["steps"] == 2 * STEPS_PER_EPOCH + 50 and result["world_size"] == 4
+    ((stopped, resumed),) = _stops_and_resumes(run_dir, signal_name)
+    assert 30 <= stopped < STEPS_PER_EPOCH and resumed == stopped, "the run continued from the stop, exactly"
+    assert result["resumed_from_step"] == stopped
+    assert _evaluated_epochs(run_dir) == [1, 2, 3], "no epoch trained or evaluated twice"
+    assert "Restarts=1" in _slurm(slurm_cluster, "scontrol", "show", "job", job_id)
+
+
+def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
+                                                                       tmp_path: Path) -> None:
+    """A 2-minute limit, USR2 60 s before it: 60 to 90 s into each allocation (SLURM checks limits about
+    every 30 s). The work takes about 150 s here, so the job must checkpoint and requeue itself, perhaps
+    twice, and still train every step once."""
+    profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 60\n"
+                            "  max_timeouts: 5\n")
+    run_dir = tmp_path / "run"
+    epochs = 20
+    job_id = _submit(slurm_cluster, run_dir, "--epochs", str(epochs), profile=str(profile))
+    result = _finished(slurm_cluster, run_dir, 600)
+    assert result["steps"] == epochs * STEPS_PER_EPOCH
+    stops = _stops_and_resumes(run_dir, "SIGUSR2")
+    assert stops, "the job ran into its time limit at least once"
+    assert all(stopped == resumed for stopped, resumed in stops)
+    assert _evaluated_epochs(run_dir) == list(range(1, epochs + 1))
+    assert re.search(r"Restarts=[1-9]", _slurm(slurm_cluster, "scontrol", "show", "job", job_id))
+
+
+def test_two_jobs_at_once_share_the_nodes_without_colliding(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
+                                                           tmp_path: Path) -> None:
+    profile = write_profile("extends: slurm-local-2x2\nprocs_per_node: 1\n")  # two such jobs fit side by side
+    runs = [tmp_path / "a", tmp_path / "b"]
+    jobs = [_submit(slurm_cluster, run_dir, "--max-steps", "400", profile=str(profile)) for run_dir in runs]
+    assert _wait_for(lambda: all(_at_step(run_dir, 10) for run_dir in runs), 180), "both run at the same time"
+    running = _slurm(slurm_cluster, "squeue", "-h", "-t", "R", "-o", "%i")
+    assert set(jobs) <= set(running.split())
+    results = [_finished(slurm_cluster, run_dir, 300) for run_dir in runs]
+    assert [result["steps"] for result in results] == [400, 400]
+    rendezvous = {re.search(r"rendezvous (\S+)", _log(run_dir)).group(1) for run_dir in runs}  # type: ignore[union-attr]
+    assert len(rendezvous) == 2, "two jobs on the same head node need different ports"
+
+
+SECRETS = {"HF_TOKEN": "hf_slurm_secret_24680", "DATABASE_URL": "postgres://eve:pw-13579@db/y"}
+PROFILE_SECRET = "profile-slurm-key-8642"
+
+
+@pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
+def test_secrets_reach_every_task_and_no_file_of_the_run(slurm_cluster, write_profile, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        launcher: str) -> None:
+    profile = write_profile(f"extends: slurm-local-2x2\nsecrets: [DATABASE_URL]\nenv:\n  API_KEY: {PROFILE_SECRET}\n")
+    run_dir = tmp_path / "run"
+    env = {**slurm_cluster, **SECRETS}
+    started = run_cli("submit", "--profile", str(profile), "--strategy", "ddp", "--run-dir", str(run_dir),
+                      "--launcher", launcher, "--detach", "--", "--epochs", "50", "--log-every", "5", env=env)
+    assert started.returncode == 0, started.stderr
+    note = run_dir / "logs" / "rank-3.json"
+    assert _wait_for(lambda: note.is_file() and "environment from the plan" in
+                     (run_dir / "logs" / "rank-3.log").read_text(), 180)
+    pid = json.loads(note.read_text())["pid"]
+    received = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+    assert {name: received.get(name) for name in SECRETS} == SECRETS and received["API_KEY"] == PROFILE_SECRET
+    assert "API_KEY=****" in (run_dir / "logs" / "rank-3.log").read_text()
+    assert run_cli("cancel", str(run_dir), env=env).returncode == 0
+    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 60)
+    written = [path for path in run_dir.rglob("*") if path.is_file()]
+    assert any(path.suffix == ".pkl" for path in written) or launcher == "sbatch"
+    for path in written:
+        content = path.read_bytes()
+        for value in (*SECRETS.values(), PROFILE_SECRET):
+            assert value.encode() not in content, f"{value} leaked into {path}"
