@@ -17,8 +17,9 @@ from launch.rendezvous import TORCH_CONTRACT
 from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
 
 LAUNCH_VARIABLES = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)
-# Measured on Slurm 22.05: with the signal 100 s before a 2 min limit, a requeued job got it at once, before its
-# tasks could handle it (and died); with 60 s it ran.
+# Measured on Slurm 22.05, which checks limits every 30 s and signals up to that much early: with the signal
+# 100 s before a 2 min limit, a requeued job got it as it started, before its tasks could handle it (they
+# died); with 60 s, each allocation ran 20 to 60 s before the signal.
 MIN_RUN_BEFORE_SIGNAL_S = 60
 from launch.sbatch import SBATCH_OPTIONS, managed_option
 

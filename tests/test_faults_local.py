@@ -91,12 +91,18 @@ def test_max_restarts_restarts_a_killed_worker_from_the_last_checkpoint(uninterr
     assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"]
 
 
-def test_a_killed_worker_stops_the_whole_job_fast_and_is_named(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
+def _start_long_job(run_dir: Path) -> subprocess.Popen[str]:
+    """A foreground submit that trains for minutes, once both ranks are up."""
     job = subprocess.Popen([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "ddp",
                             "--run-dir", str(run_dir), "--", "--epochs", "50"], cwd=ROOT,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert _wait_for(lambda: (run_dir / "logs" / "rank-1.json").is_file(), 120)
+    return job
+
+
+def test_a_killed_worker_stops_the_whole_job_fast_and_is_named(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    job = _start_long_job(run_dir)
     time.sleep(2)  # well into training
     os.kill(json.loads((run_dir / "logs" / "rank-1.json").read_text())["pid"], signal.SIGKILL)
     killed = time.monotonic()
@@ -111,10 +117,7 @@ def test_a_killed_worker_stops_the_whole_job_fast_and_is_named(tmp_path: Path) -
 
 def test_workers_do_not_outlive_a_killed_torchrun(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    job = subprocess.Popen([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "ddp",
-                            "--run-dir", str(run_dir), "--", "--epochs", "50"], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert _wait_for(lambda: (run_dir / "logs" / "rank-1.json").is_file(), 120)
+    job = _start_long_job(run_dir)
     os.kill(json.loads((run_dir / "state.json").read_text())["job_pid"], signal.SIGKILL)  # torchrun itself
     job.communicate(timeout=120)
     assert job.returncode == 137

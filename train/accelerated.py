@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -21,7 +20,7 @@ from train import checkpoint
 from train.args import TrainArgs
 from train.checkpoint import Position
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, rendezvous
+from train.dist_env import DistEnv, join_process_group
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
@@ -30,17 +29,15 @@ STRATEGY = "accelerate"
 
 
 def _accelerator(args: TrainArgs, env: DistEnv):  # type: ignore[no-untyped-def]
-    from accelerate import Accelerator, DataLoaderConfiguration, InitProcessGroupKwargs
+    from accelerate import Accelerator, DataLoaderConfiguration
 
     # A cpu profile trains on the CPU even where GPUs are visible (and under plain torchrun, where
     # Accelerate would otherwise fall back to a single process). Otherwise Accelerate picks the device:
     # CUDA, or XLA where torch_xla is installed. A seedable sampler shuffles each epoch from (seed, epoch)
     # alone, so a resumed run sees the same order as an uninterrupted one.
-    handlers = [InitProcessGroupKwargs(timeout=timedelta(seconds=args.rendezvous_timeout))] \
-        if args.rendezvous_timeout else []
-    with rendezvous(env, args.rendezvous_timeout):
-        return Accelerator(cpu=args.device == "cpu", kwargs_handlers=handlers,
-                           dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    join_process_group(args, env)
+    return Accelerator(cpu=args.device == "cpu",
+                       dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
 
 
 def evaluate(accelerator, model: torch.nn.Module, loader: DataLoader) -> tuple[float, float]:  # type: ignore[no-untyped-def]

@@ -39,6 +39,10 @@ class TrainArgs:
     profile_name: str | None = None
     rendezvous_timeout: int | None = None  # seconds to wait for every rank at init; None: torch's default
 
+    def backend_for(self, device_type: str) -> str:
+        """The torch.distributed backend: the one asked for, or the usual one for the device."""
+        return self.dist_backend if self.dist_backend != "auto" else default_dist_backend(device_type)
+
     def to_argv(self) -> tuple[str, ...]:
         """The canonical command-line form: every field that differs from its default, in field order."""
         argv: list[str] = []

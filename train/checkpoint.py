@@ -72,10 +72,15 @@ def stage(run_dir: str | Path, step: int) -> Path:
 
 
 def publish(run_dir: str | Path, staged: Path, position: Position, *, strategy: str, world_size: int) -> Path:
-    """Rename a fully written staged folder into place, point ``latest.json`` at it, prune old ones."""
-    final = staged.with_name(f"step-{position.step:08d}")
-    shutil.rmtree(final, ignore_errors=True)  # the same step saved again (epoch end after a step save)
-    os.replace(staged, final)
+    """Rename a fully written staged folder into place, point ``latest.json`` at it, prune old ones.
+
+    Folders are named by position, so a folder ``latest.json`` names is never replaced (the same step is
+    saved again at an epoch's end, at the next position)."""
+    final = staged.with_name(f"step-{position.step:08d}-epoch-{position.epoch:05d}-{position.batches_in_epoch:06d}")
+    if final.exists():  # this very position is saved already
+        shutil.rmtree(staged)
+    else:
+        os.replace(staged, final)
     point_at(run_dir, final, position, strategy=strategy, world_size=world_size)
     return final
 

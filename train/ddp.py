@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from train import checkpoint
-from train.args import TrainArgs, default_dist_backend
+from train.args import TrainArgs
 from train.checkpoint import Position, rng_state, set_rng_state
 from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv, init_process_group
@@ -72,8 +72,8 @@ def _start(args: TrainArgs, env: DistEnv) -> torch.device:
     """This process's device, and the process group when a launcher started several of us."""
     device = resolve_device(args.device, env.local_rank)
     if env.launched:
-        backend = args.dist_backend if args.dist_backend != "auto" else default_dist_backend(device.type)
-        init_process_group(env, backend, args.rendezvous_timeout, device if device.type == "cuda" else None)
+        init_process_group(env, args.backend_for(device.type), args.rendezvous_timeout,
+                           device if device.type == "cuda" else None)
     return device
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from train.args import TrainArgs
 from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, mask, scrub, secret_values
 
 
@@ -90,9 +91,38 @@ def init_process_group(env: DistEnv, backend: str, timeout_s: int | None, device
 
     import torch.distributed as dist
 
+    timeout = timedelta(seconds=timeout_s) if timeout_s else timedelta(minutes=30)
     with rendezvous(env, timeout_s):
-        dist.init_process_group(backend=backend, device_id=device,
-                                timeout=timedelta(seconds=timeout_s) if timeout_s else None)
+        store = _attempt_store(env, timeout)
+        if store is None:
+            dist.init_process_group(backend=backend, device_id=device, timeout=timeout)
+        else:
+            dist.init_process_group(backend=backend, store=store, rank=env.rank, world_size=env.world_size,
+                                    device_id=device, timeout=timeout)
+
+
+def join_process_group(args: TrainArgs, env: DistEnv) -> None:
+    """For entrypoints whose library would make the group itself (Accelerate, the Trainer): made here first,
+    with the rendezvous timeout and the restart-safe store; the library then uses it."""
+    import torch
+
+    if env.launched:
+        device_type = "cpu" if args.device == "cpu" or not torch.cuda.is_available() else "cuda"
+        init_process_group(env, args.backend_for(device_type), args.rendezvous_timeout)
+
+
+def _attempt_store(env: DistEnv, timeout: object) -> object | None:
+    """Under torchrun, the agent's store outlives a restart of the workers, and the keys the previous attempt
+    left there (gloo's peer addresses) would send the new workers to dead peers ("Connection refused"):
+    one key prefix per attempt. None: not under torchrun's agent store, torch's env:// setup as usual."""
+    import torch.distributed as dist
+
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or attempt is None:
+        return None
+    client = dist.TCPStore(env.master_addr, int(env.master_port), env.world_size, is_master=False,
+                           timeout=timeout)
+    return dist.PrefixStore(f"launch/attempt-{attempt}", client)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn
 from contextlib import nullcontext
@@ -58,8 +59,10 @@ def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
             print("environment from the plan: " + " ".join(f"{name}={env.shown(name)}" for name in env.plan_env),
                   flush=True)
     record_rank(args.run_dir, env.rank, "running")
-    if not stop.watching():  # under a scheduler's shim SIGTERM means "checkpoint, then stop" instead
-        signal.signal(signal.SIGTERM, lambda signum, frame: _terminated(args.run_dir, env.rank, signum))
+    # Under a scheduler's shim SIGTERM means "checkpoint, then stop" instead; signals belong to the main thread.
+    own_sigterm = not stop.watching() and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: _terminated(args.run_dir, env.rank, signum)) \
+        if own_sigterm else None
     reporter = Reporter(args.run_dir, is_main=env.is_main)
     try:
         result = train(args, env, reporter)
@@ -70,6 +73,9 @@ def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
     except BaseException as error:
         record_rank(args.run_dir, env.rank, "failed", error)
         raise
+    finally:
+        if own_sigterm:
+            signal.signal(signal.SIGTERM, previous)
     if env.is_main:
         result = reporter.finish(**result)
         reporter.say(f"done: eval accuracy {result['eval_accuracy']:.2%} after {result['steps']} steps "

@@ -15,9 +15,9 @@ import torch
 from torch.nn import functional as F
 
 from train import checkpoint, stop
-from train.args import TrainArgs, default_dist_backend
+from train.args import TrainArgs
 from train.data import load_datasets
-from train.dist_env import DistEnv, init_process_group
+from train.dist_env import DistEnv, join_process_group
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net
 from train.reporting import Reporter, parameter_digest
@@ -120,10 +120,7 @@ def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-un
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
     from accelerate.utils import gather_object
 
-    if env.launched:  # ourselves, before TrainingArguments would (without a timeout, on CPUs)
-        device_type = "cpu" if args.device == "cpu" or not torch.cuda.is_available() else "cuda"
-        backend = args.dist_backend if args.dist_backend != "auto" else default_dist_backend(device_type)
-        init_process_group(env, backend, args.rendezvous_timeout)
+    join_process_group(args, env)  # before TrainingArguments would (without a timeout on CPUs)
     training_args = training_arguments(args, Path(args.run_dir or ".") / "trainer")
     world_size = training_args.world_size
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=_barrier)
