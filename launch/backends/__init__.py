@@ -9,7 +9,8 @@ from pathlib import Path
 
 from launch import runs
 
-ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "suspended"}
+ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
+          "requeue_fed", "suspended", "resizing", "signaling", "stage_out"}
 
 
 def status(run_dir: Path) -> dict[str, object]:

@@ -28,9 +28,12 @@ class JobState:
     exit_code: int | None = None
     nodes: str = ""
     reason: str = ""
+    requeues: bool = False  # SLURM puts it back in the queue after preemption or a node failure
 
     @property
     def finished(self) -> bool:
+        if self.state in ("PREEMPTED", "NODE_FAIL") and self.requeues:
+            return False  # about to be pending again; the job checkpointed and continues
         return self.state in _FINAL_STATES or self.state == "UNKNOWN"
 
 
@@ -129,7 +132,7 @@ def job_state(job_id: str) -> JobState:
     if status == 0 and signal.isdigit() and int(signal):
         status = 128 + int(signal)
     return JobState(state=fields.get("JobState", "UNKNOWN"), exit_code=status, nodes=fields.get("NodeList", ""),
-                    reason=fields.get("Reason", ""))
+                    reason=fields.get("Reason", ""), requeues=fields.get("Requeue") == "1")
 
 
 def follow(run_dir: Path, job_id: str) -> JobState:
@@ -166,8 +169,9 @@ def current_status(run_dir: Path, state: dict[str, object]) -> dict[str, object]
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current)
         return runs.read_json(run_dir / runs.STATE) or state
-    return {**state, "status": current.state.lower() if current.state != "UNKNOWN" else "unknown to SLURM",
-            "nodes": current.nodes}
+    shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if not current.finished and \
+        current.state in ("PREEMPTED", "NODE_FAIL") else current.state.lower()
+    return {**state, "status": shown, "nodes": current.nodes}
 
 
 def cancel(job_id: str) -> None:
