@@ -78,6 +78,28 @@ def test_a_killed_run_resubmitted_ends_with_the_same_steps_and_parameters(uninte
     assert evals == [1, 2], "every epoch evaluated once, none repeated"
 
 
+def test_resuming_from_an_epoch_end_or_from_the_last_step_trains_no_step_twice(uninterrupted: dict,  # type: ignore[type-arg]
+                                                                               tmp_path: Path) -> None:
+    """63 steps make an epoch: a checkpoint every 63 steps lands on the epoch's last batch."""
+    run_dir = tmp_path / "run"
+    launch = ["submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir)]
+    train = ["--", "--max-steps", "90", "--checkpoint-every", "63", "--seed", "3", "--log-every", "10"]
+    command = [*launch, *train]
+    assert run_cli(*launch, "--detach", *train).returncode == 0
+    _kill_rank_once_checkpointed(run_dir, rank=1, step=63)
+    assert _wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    assert run_cli(*command).returncode == 0
+    assert _result(run_dir)["resumed_from_step"] == 63
+    assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"]
+    assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"] == 90
+
+    (run_dir / "result.json").unlink()  # as if the job died during its final evaluation
+    again = run_cli(*command)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (_result(run_dir)["steps"], _result(run_dir)["resumed_from_step"]) == (90, 90)
+    assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"], "no step trained past the end"
+
+
 def test_max_restarts_restarts_a_killed_worker_from_the_last_checkpoint(uninterrupted: dict,  # type: ignore[type-arg]
                                                                         tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -206,18 +228,21 @@ def test_a_marked_secret_missing_from_the_environment_fails_before_anything_runs
     assert not (tmp_path / "r").exists()
 
 
-def test_rank_logs_mask_secret_values_whatever_prints_them(tmp_path: Path) -> None:
-    """A library printing a token (stdout or stderr, Python or native) still leaves no token in the rank log."""
-    code = ("from pathlib import Path\nfrom train.dist_env import rank_output\nfrom train.masking import secret_values\n"
-            "import os, sys\nwith rank_output(Path(sys.argv[1]), echo=True, secrets=secret_values(os.environ)):\n"
+def test_a_rank_that_prints_or_raises_a_secret_leaves_it_nowhere(tmp_path: Path) -> None:
+    """A library printing a token (stdout or stderr, Python or native), or an error quoting one: the rank log,
+    the rank record, the terminal and the interpreter's last words all show the mask instead."""
+    code = ("import os, sys\nfrom train.entry import run_entrypoint\n"
+            "def train(args, env, reporter):\n"
             "    print('token is', os.environ['HF_TOKEN'], flush=True)\n"
             "    os.write(2, ('url ' + os.environ['DATABASE_URL'] + '\\n').encode())\n"
-            "    raise SystemExit('failed with ' + os.environ['HF_TOKEN'])\n")
-    log = tmp_path / "rank-0.log"
-    done = subprocess.run([sys.executable, "-c", code, str(log)], cwd=ROOT, capture_output=True, text=True,
+            "    raise ValueError('rejected ' + os.environ['HF_TOKEN'])\n"
+            "sys.exit(run_entrypoint(train, ['--run-dir', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **SECRETS, "LAUNCH_SECRET_NAMES": "DATABASE_URL"})
-    text = log.read_text()
-    assert "token is ****" in text and "url ****" in text and "failed with ****" in text
-    assert "token is ****" in done.stdout, "the terminal copy is masked too"
+    assert done.returncode != 0
+    log = (tmp_path / "logs" / "rank-0.log").read_text()
+    record = (tmp_path / "logs" / "rank-0.json").read_text()
+    assert "token is ****" in log and "url ****" in log and "rejected ****" in log
+    assert "rejected ****" in record and "token is ****" in done.stdout and "rejected ****" in done.stderr
     for value in SECRETS.values():
-        assert value not in text and value not in done.stdout
+        assert value not in log + record + done.stdout + done.stderr

@@ -60,7 +60,8 @@ def _stops_and_resumes(run_dir: Path, signal_name: str) -> list[tuple[int, int]]
     log = _log(run_dir)
     stopped = [int(step) for step in re.findall(rf"stopped by {signal_name} at step (\d+)", log)]
     resumed = [int(step) for step in re.findall(r"resumed from the checkpoint at step (\d+)", log)]
-    return list(zip(stopped, resumed, strict=False))
+    assert len(resumed) == len(stopped), "every stop is followed by a resume"
+    return list(zip(stopped, resumed, strict=True))
 
 
 @pytest.mark.parametrize(("how", "signal_name"), [("preempt", "SIGUSR2"), ("requeue", "SIGTERM")])

@@ -104,10 +104,8 @@ def _resume(accelerator, args: TrainArgs, reporter: Reporter) -> Position:  # ty
     if record is None:
         return Position()
     accelerator.load_state(str(Path(args.run_dir or ".") / record["path"]))
-    position = checkpoint.position_of(record)
-    reporter.say(f"resumed from the checkpoint at step {position.step} (epoch {position.epoch}, "
-                 f"batch {position.batches_in_epoch}): {record['path']}")
-    return position
+    reporter.say(checkpoint.resumed_message(record))
+    return checkpoint.position_of(record)
 
 
 def _loaders(data: Datasets, args: TrainArgs) -> tuple[DataLoader, DataLoader]:
@@ -130,21 +128,21 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, *_loaders(data, args))
     progress = Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
     epochs = math.ceil(progress.total_steps / len(train_loader))
-    start = _resume(accelerator, args, reporter)
+    start = checkpoint.normalised(_resume(accelerator, args, reporter), len(train_loader))
     progress.step = start.step
-    train_loss = float("nan")
+    train_loss, evaluated = float("nan"), None
     for epoch in range(start.epoch, epochs + 1):
+        if progress.done:  # resumed from the checkpoint at the very end
+            break
         train_loader.set_epoch(epoch)
         first_batch = start.batches_in_epoch if epoch == start.epoch else 0
         loader = accelerator.skip_first_batches(train_loader, first_batch) if first_batch else train_loader
         train_loss, reached = _train_epoch(epoch, first_batch, accelerator, model, optimizer, loader, progress,
                                            args, reporter)
-        eval_loss, eval_accuracy = evaluate(accelerator, model, eval_loader)
-        whole_epoch = reached.batches_in_epoch >= len(train_loader)
-        _save(accelerator, args, Position(step=progress.step, epoch=epoch + 1) if whole_epoch else reached)
-        reporter.epoch_end(epoch, progress.step, train_loss, eval_loss, eval_accuracy)
-    if start.epoch > epochs:  # resumed from the checkpoint at the very end
-        eval_loss, eval_accuracy = evaluate(accelerator, model, eval_loader)
+        evaluated = evaluate(accelerator, model, eval_loader)
+        _save(accelerator, args, checkpoint.normalised(reached, len(train_loader)))
+        reporter.epoch_end(epoch, progress.step, train_loss, *evaluated)
+    eval_loss, eval_accuracy = evaluated or evaluate(accelerator, model, eval_loader)
     samples = accelerator.reduce(torch.tensor(float(progress.samples), device=accelerator.device), "sum").item()
     digests = gather_object([parameter_digest(accelerator.unwrap_model(model))])
     result = {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": accelerator.num_processes,

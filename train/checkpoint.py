@@ -81,6 +81,8 @@ def publish(run_dir: str | Path, staged: Path, position: Position, *, strategy: 
         shutil.rmtree(staged)
     else:
         os.replace(staged, final)
+    for stale in staged.parent.glob(".step-*.tmp"):  # staged by a process killed before it could publish
+        shutil.rmtree(stale, ignore_errors=True)
     point_at(run_dir, final, position, strategy=strategy, world_size=world_size)
     return final
 
@@ -114,6 +116,9 @@ def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_
     if record is None:
         return None
     where = Path(run_dir) / record["path"]
+    if not where.is_dir():
+        raise CheckpointError(f"{Path(run_dir) / CHECKPOINTS / LATEST_CHECKPOINT}: names {where}, which is gone; "
+                              "restore it, or remove latest.json to start this run from the beginning")
     if not resume:
         raise CheckpointError(f"{where}: this run folder already holds a checkpoint (step {record['step']}); "
                               "pass --resume to continue from it, or use a new run folder")
@@ -127,6 +132,18 @@ def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_
 def position_of(record: dict[str, Any]) -> Position:
     return Position(step=int(record["step"]), epoch=int(record["epoch"]),
                     batches_in_epoch=int(record["batches_in_epoch"]))
+
+
+def resumed_message(record: dict[str, Any]) -> str:
+    return (f"resumed from the checkpoint at step {record['step']} (epoch {record['epoch']}, batch "
+            f"{record['batches_in_epoch']}): {record['path']}")
+
+
+def normalised(position: Position, steps_per_epoch: int) -> Position:
+    """A position after an epoch's last batch is the start of the next epoch."""
+    if position.batches_in_epoch >= steps_per_epoch:
+        return Position(step=position.step, epoch=position.epoch + 1)
+    return position
 
 
 def after_step(position: Position, *, every: int | None, device: torch.device,

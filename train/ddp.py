@@ -101,7 +101,6 @@ class _Loop:
     device: torch.device
     args: TrainArgs
     reporter: Reporter
-    reached: Position = Position()  # after the last step taken
 
     def save(self, position: Position) -> None:
         """Every rank's RNG state gathered, then one file written by rank 0 and published atomically."""
@@ -131,17 +130,16 @@ class _Loop:
         self.net.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"][self.env.rank])
-        position = checkpoint.position_of(record)
-        self.reporter.say(f"resumed from the checkpoint at step {position.step} (epoch {position.epoch}, "
-                          f"batch {position.batches_in_epoch}): {record['path']}")
-        return position
+        self.reporter.say(checkpoint.resumed_message(record))
+        return checkpoint.position_of(record)
 
-    def epoch(self, epoch: int, first_batch: int) -> float:
-        """One pass over this rank's shard from ``first_batch`` (or up to the step limit); the mean loss
-        across ranks. Saves every --checkpoint-every steps, and stops at a checkpoint when asked to."""
+    def epoch(self, epoch: int, first_batch: int) -> tuple[float, Position]:
+        """One pass over this rank's shard from ``first_batch`` (or up to the step limit): the mean loss across
+        ranks and the position reached. Saves every --checkpoint-every steps; stops at a checkpoint when asked."""
         model, progress, args, env = self.model, self.progress, self.args, self.env
         model.train()
         loss_sum, batches, tick = 0.0, 0, time.perf_counter()
+        here = Position(step=progress.step, epoch=epoch, batches_in_epoch=first_batch)
         for images, labels in self.loader:
             images, labels = images.to(self.device), labels.to(self.device)
             loss = F.nll_loss(model(images), labels)
@@ -153,13 +151,13 @@ class _Loop:
             if progress.due(args.log_every):
                 mean_loss = _all_sum([loss.item()], env, self.device)[0] / env.world_size
                 self.reporter.train_step(epoch, progress, mean_loss, env.world_size, tick)
-            self.reached = Position(step=progress.step, epoch=epoch, batches_in_epoch=first_batch + batches)
-            checkpoint.after_step(self.reached, every=args.checkpoint_every, device=self.device, save=self.save)
+            here = Position(step=progress.step, epoch=epoch, batches_in_epoch=first_batch + batches)
+            checkpoint.after_step(here, every=args.checkpoint_every, device=self.device, save=self.save)
             if progress.done:
                 break
         progress.seconds += time.perf_counter() - tick
         loss_total, batch_total = _all_sum([loss_sum, float(batches)], env, self.device)
-        return loss_total / max(batch_total, 1.0)
+        return loss_total / max(batch_total, 1.0), here
 
 
 def _all_digests(model: torch.nn.Module, env: DistEnv) -> list[str]:
@@ -197,21 +195,21 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
     loop = _Loop(model=model, net=net, optimizer=build_optimizer(model.parameters(), args.lr), loader=loader,
                  progress=Progress(total_steps=args.max_steps or args.epochs * len(loader)), env=env,
                  device=device, args=args, reporter=reporter)
-    start = loop.resume()
+    start = checkpoint.normalised(loop.resume(), len(loader))
     loop.progress.step = start.step
     epochs = math.ceil(loop.progress.total_steps / len(loader))
-    train_loss = float("nan")
+    train_loss, evaluated = float("nan"), None
     for epoch in range(start.epoch, epochs + 1):
+        if loop.progress.done:  # resumed from the checkpoint at the very end
+            break
         sampler.set_epoch(epoch)
         first_batch = start.batches_in_epoch if epoch == start.epoch else 0
         sampler.skip_samples = first_batch * args.batch_size
-        train_loss = loop.epoch(epoch, first_batch)
-        eval_loss, eval_accuracy = evaluate(model, data, args, env, device)
-        whole_epoch = loop.reached.batches_in_epoch >= len(loader)
-        loop.save(Position(step=loop.progress.step, epoch=epoch + 1) if whole_epoch else loop.reached)
-        reporter.epoch_end(epoch, loop.progress.step, train_loss, eval_loss, eval_accuracy)
-    if start.epoch > epochs:  # resumed from the checkpoint at the very end
-        eval_loss, eval_accuracy = evaluate(model, data, args, env, device)
+        train_loss, reached = loop.epoch(epoch, first_batch)
+        evaluated = evaluate(model, data, args, env, device)
+        loop.save(checkpoint.normalised(reached, len(loader)))
+        reporter.epoch_end(epoch, loop.progress.step, train_loss, *evaluated)
+    eval_loss, eval_accuracy = evaluated or evaluate(model, data, args, env, device)
     global_samples = _all_sum([float(loop.progress.samples)], env, device)[0]
     return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": env.world_size,
             "num_nodes": env.num_nodes, "epochs": epochs, "steps": loop.progress.step, "train_loss": train_loss,

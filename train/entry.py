@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from train.args import TrainArgs, parse_train_args
 from train.dist_env import DistEnv, rank_output
 from train.layout import rank_log_path
+from train.masking import scrub
 from train import stop
 from train.reporting import Reporter, record_rank
 
@@ -44,10 +45,19 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS, give this rank its log, train, and write result.json on the main process."""
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     env = DistEnv.from_environ()
-    output = rank_output(rank_log_path(args.run_dir, env.rank), echo=env.is_main, secrets=env.secret_values()) \
+    secrets = env.secret_values()
+    output = rank_output(rank_log_path(args.run_dir, env.rank), echo=env.is_main, secrets=secrets) \
         if args.run_dir else nullcontext()
-    with output:
-        return _run(train, args, env)
+    try:
+        with output:
+            return _run(train, args, env)
+    except Exception as error:
+        # What re-raises from here is printed and recorded by others (the interpreter's last words on stderr,
+        # torchrun's error file, submitit's result pickle): without any secret value in its message.
+        text = str(error)
+        if scrub(text, secrets) == text:
+            raise
+        raise RuntimeError(f"{type(error).__name__}: {scrub(text, secrets)}") from None
 
 
 def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:

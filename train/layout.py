@@ -28,9 +28,7 @@ def rank_state_path(run_dir: str | Path, rank: int | str) -> Path:
 def latest_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:
     """The last complete checkpoint's record (step, epoch, path relative to the run folder), or None."""
     record = read_json(Path(run_dir) / CHECKPOINTS / LATEST_CHECKPOINT)
-    if record is None or not isinstance(record.get("path"), str) or not (Path(run_dir) / record["path"]).exists():
-        return None
-    return record
+    return record if record is not None and isinstance(record.get("path"), str) else None
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

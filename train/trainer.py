@@ -79,6 +79,7 @@ def _checkpoint_callback(args: TrainArgs, world_size: int):  # type: ignore[no-u
         epoch end too, published in checkpoints/latest.json once whole, and at a scheduler's stop request."""
 
         stopped: int | None = None
+        saved_step = -1
 
         def on_step_end(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
             self.stopped = stop.agreed(targs.device)
@@ -86,11 +87,13 @@ def _checkpoint_callback(args: TrainArgs, world_size: int):  # type: ignore[no-u
                 control.should_save, control.should_training_stop = True, True
 
         def on_epoch_end(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
-            control.should_save = bool(args.run_dir)
+            # Never over the checkpoint of this same step (saved at its step end): latest.json may name it.
+            control.should_save = bool(args.run_dir) and self.saved_step != state.global_step
             if self.stopped is not None:
                 control.should_evaluate = False  # the job is being ended: save and go
 
         def on_save(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.saved_step = state.global_step
             _barrier()  # every process has written its part (RNG states) of the checkpoint
             if state.is_world_process_zero and args.run_dir:
                 folder = Path(targs.output_dir) / f"checkpoint-{state.global_step}"
@@ -138,7 +141,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     trainer.remove_callback(PrinterCallback)  # our Progress callback prints instead
     record = checkpoint.resumable(args.run_dir, resume=args.resume, strategy=STRATEGY, world_size=world_size)
     if record is not None:
-        reporter.say(f"resumed from the checkpoint at step {record['step']}: {record['path']}")
+        reporter.say(checkpoint.resumed_message(record))
     outcome = trainer.train(resume_from_checkpoint=str(Path(args.run_dir or ".") / record["path"]) if record else None)
     if saves.stopped is not None:
         raise stop.StopRequested(saves.stopped, trainer.state.global_step)
