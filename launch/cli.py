@@ -170,8 +170,7 @@ def _prepare(plan: LaunchPlan, *, resume: bool) -> dict[str, object] | None:
     if (run_dir / runs.STATE).is_file():
         from launch import backends
 
-        state = backends.status(run_dir)
-        if backends.is_active(state) or "the job still runs" in str(state.get("status")):
+        if backends.is_active(backends.status(run_dir)):
             raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
     if plan.profile.kind == "local":
         from launch.backends import local

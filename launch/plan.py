@@ -105,11 +105,9 @@ def _node_context(profile: Profile, node_rank: int, max_restarts: int) -> NodeCo
     if profile.kind == "slurm":
         return NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
                            master_port=EnvRef("MASTER_PORT"))
-    port = profile.rendezvous.port
-    if port is None:
-        return NodeContext(node_rank=str(node_rank), master_addr=None, master_port=None, max_restarts=max_restarts)
-    return NodeContext(node_rank=str(node_rank), master_addr="127.0.0.1", master_port=str(port),
-                       max_restarts=max_restarts)
+    port = profile.rendezvous.port  # None: torchrun --standalone finds a free port itself
+    return NodeContext(node_rank=str(node_rank), master_addr=None if port is None else "127.0.0.1",
+                       master_port=None if port is None else str(port), max_restarts=max_restarts)
 
 
 def worker_env(profile: Profile, strategy_env: dict[str, str]) -> tuple[tuple[str, str], ...]:

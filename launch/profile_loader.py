@@ -14,6 +14,7 @@ import yaml
 from launch.errors import ConfigError, did_you_mean
 from launch.profile import Profile, SlurmSection
 from launch.rendezvous import TORCH_CONTRACT
+from launch.sbatch import SBATCH_OPTIONS, managed_option
 from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
 
 LAUNCH_VARIABLES = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)
@@ -21,7 +22,7 @@ LAUNCH_VARIABLES = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)
 # 100 s before a 2 min limit, a requeued job got it as it started, before its tasks could handle it (they
 # died); with 60 s, each allocation ran 20 to 60 s before the signal.
 MIN_RUN_BEFORE_SIGNAL_S = 60
-from launch.sbatch import SBATCH_OPTIONS, managed_option
+
 
 def _bundled_dir() -> Path:
     """cluster_configs/ beside the package in a checkout, or inside it once installed from a wheel."""

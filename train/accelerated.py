@@ -128,21 +128,17 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, *_loaders(data, args))
     progress = Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
     epochs = math.ceil(progress.total_steps / len(train_loader))
-    start = checkpoint.normalised(_resume(accelerator, args, reporter), len(train_loader))
-    progress.step = start.step
-    train_loss, evaluated = float("nan"), None
-    for epoch in range(start.epoch, epochs + 1):
-        if progress.done:  # resumed from the checkpoint at the very end
-            break
+    start = _resume(accelerator, args, reporter)
+
+    def run_epoch(epoch: int, first_batch: int) -> tuple[float, Position]:
         train_loader.set_epoch(epoch)
-        first_batch = start.batches_in_epoch if epoch == start.epoch else 0
         loader = accelerator.skip_first_batches(train_loader, first_batch) if first_batch else train_loader
-        train_loss, reached = _train_epoch(epoch, first_batch, accelerator, model, optimizer, loader, progress,
-                                           args, reporter)
-        evaluated = evaluate(accelerator, model, eval_loader)
-        _save(accelerator, args, checkpoint.normalised(reached, len(train_loader)))
-        reporter.epoch_end(epoch, progress.step, train_loss, *evaluated)
-    eval_loss, eval_accuracy = evaluated or evaluate(accelerator, model, eval_loader)
+        return _train_epoch(epoch, first_batch, accelerator, model, optimizer, loader, progress, args, reporter)
+
+    train_loss, (eval_loss, eval_accuracy) = checkpoint.train_epochs(
+        start, epochs=epochs, steps_per_epoch=len(train_loader), progress=progress, run_epoch=run_epoch,
+        evaluate=lambda: evaluate(accelerator, model, eval_loader), save=lambda at: _save(accelerator, args, at),
+        reporter=reporter)
     samples = accelerator.reduce(torch.tensor(float(progress.samples), device=accelerator.device), "sum").item()
     digests = gather_object([parameter_digest(accelerator.unwrap_model(model))])
     result = {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": accelerator.num_processes,

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from train import stop
+from train.reporting import Progress, Reporter
 from train.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint, write_json_atomic
 
 KEEP = 2  # complete checkpoints kept; older ones are removed once a newer one is in place
@@ -144,6 +145,25 @@ def normalised(position: Position, steps_per_epoch: int) -> Position:
     if position.batches_in_epoch >= steps_per_epoch:
         return Position(step=position.step, epoch=position.epoch + 1)
     return position
+
+
+def train_epochs(start: Position, *, epochs: int, steps_per_epoch: int, progress: Progress,
+                 run_epoch: Callable[[int, int], tuple[float, Position]], evaluate: Callable[[], tuple[float, float]],
+                 save: Callable[[Position], None], reporter: Reporter) -> tuple[float, tuple[float, float]]:
+    """The epochs from ``start`` (a resumed position): each trained from its first batch not yet done
+    (``run_epoch(epoch, first_batch)``), evaluated, checkpointed and reported. Returns the last epoch's train
+    loss and the final (eval loss, eval accuracy); a run resumed at its very end trains nothing."""
+    start = normalised(start, steps_per_epoch)
+    progress.step = start.step
+    train_loss, evaluated = float("nan"), None
+    for epoch in range(start.epoch, epochs + 1):
+        if progress.done:
+            break
+        train_loss, reached = run_epoch(epoch, start.batches_in_epoch if epoch == start.epoch else 0)
+        evaluated = evaluate()
+        save(normalised(reached, steps_per_epoch))
+        reporter.epoch_end(epoch, progress.step, train_loss, *evaluated)
+    return train_loss, evaluated or evaluate()
 
 
 def after_step(position: Position, *, every: int | None, device: torch.device,

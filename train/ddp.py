@@ -195,21 +195,17 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
     loop = _Loop(model=model, net=net, optimizer=build_optimizer(model.parameters(), args.lr), loader=loader,
                  progress=Progress(total_steps=args.max_steps or args.epochs * len(loader)), env=env,
                  device=device, args=args, reporter=reporter)
-    start = checkpoint.normalised(loop.resume(), len(loader))
-    loop.progress.step = start.step
-    epochs = math.ceil(loop.progress.total_steps / len(loader))
-    train_loss, evaluated = float("nan"), None
-    for epoch in range(start.epoch, epochs + 1):
-        if loop.progress.done:  # resumed from the checkpoint at the very end
-            break
+    start = loop.resume()
+
+    def run_epoch(epoch: int, first_batch: int) -> tuple[float, Position]:
         sampler.set_epoch(epoch)
-        first_batch = start.batches_in_epoch if epoch == start.epoch else 0
         sampler.skip_samples = first_batch * args.batch_size
-        train_loss, reached = loop.epoch(epoch, first_batch)
-        evaluated = evaluate(model, data, args, env, device)
-        loop.save(checkpoint.normalised(reached, len(loader)))
-        reporter.epoch_end(epoch, loop.progress.step, train_loss, *evaluated)
-    eval_loss, eval_accuracy = evaluated or evaluate(model, data, args, env, device)
+        return loop.epoch(epoch, first_batch)
+
+    epochs = math.ceil(loop.progress.total_steps / len(loader))
+    train_loss, (eval_loss, eval_accuracy) = checkpoint.train_epochs(
+        start, epochs=epochs, steps_per_epoch=len(loader), progress=loop.progress, run_epoch=run_epoch,
+        evaluate=lambda: evaluate(model, data, args, env, device), save=loop.save, reporter=reporter)
     global_samples = _all_sum([float(loop.progress.samples)], env, device)[0]
     return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": env.world_size,
             "num_nodes": env.num_nodes, "epochs": epochs, "steps": loop.progress.step, "train_loss": train_loss,

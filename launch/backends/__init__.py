@@ -26,7 +26,8 @@ def status(run_dir: Path) -> dict[str, object]:
 
 
 def is_active(state: dict[str, object]) -> bool:
-    return state.get("status") in ACTIVE
+    """Whether the run's job may still be running (a local job whose launcher is gone counts)."""
+    return state.get("status") in ACTIVE or state.get("job_alive") is True
 
 
 def cancel(run_dir: Path) -> bool:

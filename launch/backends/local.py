@@ -96,9 +96,9 @@ def current_status(run_dir: Path) -> dict[str, object]:
     """The run's recorded state, with 'running' checked against the launcher process really being there."""
     state: dict[str, object] = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
     if state.get("status") == "running" and not _same_process(state, "launcher"):
-        lost = "lost (its launcher process is gone" + (
-            "; the job still runs, `cancel` stops it)" if _same_process(state, "job") else ")")
-        state = {**state, "status": lost}
+        job_alive = _same_process(state, "job")
+        lost = "lost (its launcher process is gone" + ("; the job still runs, `cancel` stops it)" if job_alive else ")")
+        state = {**state, "status": lost, "job_alive": job_alive}
     return state
 
 

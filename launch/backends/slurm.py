@@ -31,10 +31,13 @@ class JobState:
     requeues: bool = False  # SLURM puts it back in the queue after preemption or a node failure
 
     @property
+    def requeueing(self) -> bool:
+        """Preempted or its node failed, and about to be pending again: the job checkpointed and continues."""
+        return self.state in ("PREEMPTED", "NODE_FAIL") and self.requeues
+
+    @property
     def finished(self) -> bool:
-        if self.state in ("PREEMPTED", "NODE_FAIL") and self.requeues:
-            return False  # about to be pending again; the job checkpointed and continues
-        return self.state in _FINAL_STATES or self.state == "UNKNOWN"
+        return not self.requeueing and (self.state in _FINAL_STATES or self.state == "UNKNOWN")
 
 
 def submit(plan: LaunchPlan) -> str:
@@ -169,8 +172,8 @@ def current_status(run_dir: Path, state: dict[str, object]) -> dict[str, object]
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current)
         return runs.read_json(run_dir / runs.STATE) or state
-    shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if not current.finished and \
-        current.state in ("PREEMPTED", "NODE_FAIL") else current.state.lower()
+    shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
+        else current.state.lower()
     return {**state, "status": shown, "nodes": current.nodes}
 
 
