@@ -36,7 +36,7 @@ def _tpu_config(profile: Profile, machine_rank: int) -> dict[str, Any]:
         raise ValueError(f"profile {profile.name} has no tpu section")
     return {**_COMMON, "distributed_type": "XLA", "machine_rank": machine_rank, "num_machines": profile.nodes,
             "num_processes": profile.procs_per_node, "tpu_name": tpu.name, "tpu_zone": tpu.zone,
-            "tpu_use_cluster": tpu.workers > 1, "use_cpu": False}
+            "tpu_use_cluster": False, "use_cpu": False}
 
 
 def render_config(profile: Profile, *, machine_rank: int = 0) -> str:
@@ -51,5 +51,10 @@ def render_config(profile: Profile, *, machine_rank: int = 0) -> str:
     if profile.nodes > 1 and profile.kind != "tpu":
         notes.append("machine_rank, main_process_ip and main_process_port are given on each node's "
                      "`accelerate launch` command line from the job (SLURM_NODEID and the head node).")
+    if profile.kind == "tpu":
+        notes += ["XLA: `accelerate launch` starts one process per TPU chip of its host (torch_xla's launcher).",
+                  "tpu_use_cluster is false even for a pod slice: launch runs the same command on every host",
+                  "(gcloud compute tpus tpu-vm ssh --worker=all); Accelerate's own pod launcher needs",
+                  "torch_xla.distributed.xla_dist, which torch_xla no longer has."]
     header = "".join(f"# {note}\n" for note in notes)
     return header + yaml.safe_dump(accelerate_config(profile, machine_rank=machine_rank), sort_keys=True)

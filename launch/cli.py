@@ -141,18 +141,18 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
 
 def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
     plan = _plan(args, train_argv, for_submit=True)
-    if plan.profile.kind not in ("local", "slurm"):
-        raise SubmitError(f"{plan.profile.source}: submitting kind {plan.profile.kind} profiles comes with "
-                          "a later issue", "`render` shows the plan")
     run_dir = Path(plan.run_dir)
     created = args.run_dir is None or not run_dir.exists()  # claimed just now, or to be made now
+    on_hosts = plan.host_run_dir is not None  # its checkpoints are on the TPU hosts, not here
     try:
-        checkpoint = _prepare(plan, resume=args.resume)
+        checkpoint = _prepare(plan, resume=args.resume and not on_hosts)
     except LaunchError:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran in it
         raise
-    if checkpoint is not None:
+    if on_hosts and (checkpoint is not None or args.resume):
+        print(f"continuing the run in {run_dir}: the TPU hosts continue from its last checkpoint there, if any")
+    elif checkpoint is not None:
         print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
                                                      if checkpoint else "from the start (it has no checkpoint)"))
     if plan.profile.kind == "slurm":
@@ -163,7 +163,7 @@ def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
 def _prepare(plan: LaunchPlan, *, resume: bool) -> dict[str, object] | None:
     """Everything checked before a job starts, then the run folder; the checkpoint a resubmission continues."""
     missing = [name for name in plan.profile.secrets if name not in os.environ]
-    if missing:
+    if missing and plan.host_run_dir is None:  # TPU hosts reached through gcloud have their own environment
         raise SubmitError(f"{plan.profile.source}: secrets: {', '.join(missing)} not set in this environment",
                           "export it before submitting; launch passes secrets only through the environment")
     run_dir = Path(plan.run_dir)
@@ -172,7 +172,11 @@ def _prepare(plan: LaunchPlan, *, resume: bool) -> dict[str, object] | None:
 
         if backends.is_active(backends.status(run_dir)):
             raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
-    if plan.profile.kind == "local":
+    if plan.host_run_dir is not None:
+        from launch.backends import tpu
+
+        tpu.preflight()
+    elif plan.profile.kind in ("local", "tpu"):
         from launch.backends import local
 
         local.preflight(plan.profile)
@@ -207,20 +211,26 @@ def _submit_slurm(plan: LaunchPlan, *, detach: bool, created: bool) -> int:
 
 
 def _submit_local(plan: LaunchPlan, *, detach: bool) -> int:
-    from launch.backends import local
+    """On this machine, or, for TPU hosts, gcloud on this machine."""
+    from launch.backends import local, tpu
 
+    backend = tpu if plan.host_run_dir is not None else local
     run_dir = Path(plan.run_dir)
     print(f"run dir: {run_dir}", flush=True)
     if detach:
-        launcher_pid = local.start_detached(plan)
-        print(f"started in the background (launcher pid {launcher_pid}); follow it with: "
-              f"python -m launch logs {run_dir} --follow")
+        launcher_pid = backend.start_detached(plan)
+        follow = f"python -m launch status {run_dir}" if backend is tpu else f"python -m launch logs {run_dir} --follow"
+        print(f"started in the background (launcher pid {launcher_pid}); follow it with: {follow}")
         return 0
-    outcome = local.run(plan)
+    outcome = backend.run(plan)
+    logs = run_dir / runs.LOGS if plan.host_run_dir is None else \
+        f"{plan.nodes[0].cwd}/{plan.host_run_dir}/{runs.LOGS} on each TPU host"
     if outcome.cancelled:
-        raise WorkerFailure(f"the job was cancelled; rank logs: {run_dir / runs.LOGS}", exit_status=130)
+        raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
     if outcome.exit_code != 0:
-        raise WorkerFailure(_failure_message(run_dir, outcome.exit_code), exit_status=outcome.exit_code)
+        message = _failure_message(run_dir, outcome.exit_code) if plan.host_run_dir is None else \
+            f"the job failed on the TPU hosts (gcloud's exit status {outcome.exit_code}); rank logs: {logs}"
+        raise WorkerFailure(message, exit_status=outcome.exit_code)
     print(_result_summary(run_dir))
     return 0
 

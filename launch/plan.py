@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import PurePath
 
-from launch import sbatch
+from launch import sbatch, tpu
 from launch.errors import LaunchError
 from launch.profile import Profile
 from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
@@ -17,6 +17,7 @@ from launch.shell import Arg, EnvRef
 from launch.strategies import NodeContext, get_strategy
 from launch.submitit_job import SubmititJob, submitit_job
 from train.args import TrainArgs
+from train.layout import RESULT
 from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
 
 
@@ -49,6 +50,9 @@ class LaunchPlan:
     files: tuple[PlanFile, ...] = ()
     submit_argv: tuple[str, ...] = ()  # how the backend hands the files to a scheduler, if it does
     submitit: SubmititJob | None = None  # SLURM through submitit: one task per process, no node commands
+    host_run_dir: str | None = None  # TPU hosts reached through gcloud: the run folder there (under tpu.workdir)
+    host_files: tuple[PlanFile, ...] = ()  # ... and the files written there, by the command itself
+    after_argv: tuple[str, ...] = ()  # run here once the job succeeded (TPU hosts: fetch host 0's result.json)
 
     @property
     def world_size(self) -> int:
@@ -69,25 +73,33 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     ``--resume``, so a restarted, requeued or resubmitted job continues from the run folder's last checkpoint.
     """
     chosen = get_strategy(strategy)
-    if profile.kind == "tpu":
-        raise LaunchError(f"{profile.source}: kind: tpu profiles cannot be launched yet (they come with the "
-                          "TPU issue); use a local or slurm profile")
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
     if max_restarts and profile.kind != "local":
         raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
-                          "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time")
-    args = replace(train_args, run_dir=run_dir, device=profile.device, dist_backend=profile.dist_backend,
+                          "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time"
+                          if profile.kind == "slurm" else "resubmit the same plan into its run folder to continue")
+    tpu_hosts = profile.tpu if profile.tpu is not None and profile.tpu.via_gcloud else None
+    if tpu_hosts is not None:  # every host runs the same command, in its own project folder and run folder
+        python, workdir = tpu_hosts.python, tpu_hosts.workdir
+    job_dir = run_dir if tpu_hosts is None else f"{tpu.HOST_RUNS}/{PurePath(run_dir).name}"
+    args = replace(train_args, run_dir=job_dir, device=profile.device, dist_backend=profile.dist_backend,
                    profile_name=profile.name, resume=True, rendezvous_timeout=profile.rendezvous.timeout_s)
     env = worker_env(profile, chosen.extra_env(profile))
     nodes = tuple(
         NodeCommand(node_rank=rank, env=env, cwd=workdir,
-                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank, max_restarts), args.to_argv(),
-                                                run_dir)))
+                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank, max_restarts),
+                                                args.to_argv(), job_dir)))
         for rank in range(profile.nodes))
-    files = tuple(PlanFile(path=path, text=text) for path, text in chosen.files(profile, run_dir))
+    files = tuple(PlanFile(path=path, text=text) for path, text in chosen.files(profile, job_dir))
     plan = LaunchPlan(profile=profile, strategy=strategy, train_args=args, run_dir=run_dir, nodes=nodes,
                       files=files)
+    if tpu_hosts is not None:
+        command = tpu.host_command(workdir=workdir, files=[(file.path, file.text) for file in files], env=env,
+                                   argv=[str(arg) for arg in nodes[0].argv])
+        fetch = tpu.fetch_result(tpu_hosts, f"{workdir}/{job_dir}/{RESULT}", str(PurePath(run_dir, RESULT)))
+        return replace(plan, files=(), host_files=files, host_run_dir=job_dir,
+                       submit_argv=tpu.gcloud_ssh(tpu_hosts, command), after_argv=fetch)
     if profile.kind == "slurm" and launcher == "submitit":
         return replace(plan, nodes=(), files=(), submitit=submitit_job(
             profile, job_name=f"{profile.name}-{strategy}", run_dir=run_dir, entry_module=chosen.entry_module,
@@ -115,6 +127,8 @@ def worker_env(profile: Profile, strategy_env: dict[str, str]) -> tuple[tuple[st
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **strategy_env}
     if profile.device == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: N processes share the cores fairly
+    if profile.device == "xla":
+        env["PJRT_DEVICE"] = "TPU"  # torch_xla's runtime (a profile may say CPU, to try the XLA path anywhere)
     if profile.network_interface:
         env.update({name: profile.network_interface for name in INTERFACE_VARIABLES})
     env.update(profile.env)

@@ -45,9 +45,17 @@ class TpuSection:
     name: str
     zone: str
     accelerator_type: str
-    workers: int = 1
-    project: str | None = None
-    runtime_version: str | None = None
+    workers: int = 1  # hosts in the slice: 1 for a single TPU VM
+    project: str | None = None  # gcloud's configured project when None
+    runtime_version: str | None = None  # the VM image the TPU was created with (a record; not checked)
+    python: str = "python3"  # the Python on every host, with torch, torch_xla and launch's dependencies
+    workdir: str = "launch"  # the project's folder on every host (relative: to the ssh user's home)
+    remote: bool | None = None  # through gcloud from here; None: yes for a pod slice, no for a single VM
+
+    @property
+    def via_gcloud(self) -> bool:
+        """Whether ``submit`` reaches the hosts with ``gcloud ... ssh --worker=all`` (else: this is the TPU VM)."""
+        return self.remote if self.remote is not None else self.workers > 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,10 +12,10 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from launch.errors import ConfigError, did_you_mean
-from launch.profile import Profile, SlurmSection
+from launch.profile import Profile, SlurmSection, TpuSection
 from launch.rendezvous import TORCH_CONTRACT
 from launch.sbatch import SBATCH_OPTIONS, managed_option
-from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
+from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, looks_secret
 
 LAUNCH_VARIABLES = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)
 # Measured on Slurm 22.05, which checks limits every 30 s and signals up to that much early: with the signal
@@ -36,6 +36,13 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TPU_NAMES = (  # what gcloud compute tpus tpu-vm accepts
+    ("name", re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z"),
+     "must be lowercase letters, digits and '-', starting with a letter (the TPU's name in gcloud)"),
+    ("zone", re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]\Z"), "is not a zone name (for example us-central2-b)"),
+    ("project", re.compile(r"[a-z][-a-z0-9.:]{4,62}[a-z0-9]\Z"), "is not a Google Cloud project id"),
+    ("accelerator_type", re.compile(r"v[0-9]+[a-z]*-[0-9]+\Z"), "is not a TPU type (for example v4-8, v5p-32)"),
+)
 MAX_NODES = 10_000
 MAX_PROCS_PER_NODE = 1_024
 
@@ -350,9 +357,28 @@ def _check_sections(profile: Profile) -> list[str]:
                         f"device {profile.device}")
     if profile.slurm is not None:
         problems += _check_slurm(profile, profile.slurm)
-    if profile.tpu is not None and profile.tpu.workers != profile.nodes:
-        problems.append(f"tpu.workers: must equal nodes (one node per TPU host), got {profile.tpu.workers} "
+    if profile.tpu is not None:
+        problems += _check_tpu(profile, profile.tpu)
+    return problems
+
+
+def _check_tpu(profile: Profile, tpu: TpuSection) -> list[str]:
+    """Names as gcloud accepts them, and hosts reachable the way the profile says."""
+    problems = [f"tpu.{key}: {getattr(tpu, key)!r} {rule}" for key, pattern, rule in _TPU_NAMES
+                if getattr(tpu, key) is not None and not pattern.match(getattr(tpu, key))]
+    if tpu.workers != profile.nodes:
+        problems.append(f"tpu.workers: must equal nodes (one node per TPU host), got {tpu.workers} "
                         f"workers and {profile.nodes} nodes")
+    for key in ("python", "workdir"):
+        if not getattr(tpu, key) or _CONTROL.search(getattr(tpu, key)):
+            problems.append(f"tpu.{key}: must be a non-empty single line")
+    if tpu.remote is False and tpu.workers > 1:
+        problems.append(f"tpu.remote: false runs on this machine, but a pod slice of {tpu.workers} hosts is "
+                        "reached through gcloud; remove it or set it to true")
+    if tpu.via_gcloud:  # the hosts get the plan's variables on gcloud's command line: no secret may ride there
+        problems += [f"env.{name}: looks like a secret, which launch never puts on gcloud's command line; set it "
+                     "in each TPU host's own environment instead" for name in profile.env if looks_secret(name,
+                                                                                                 profile.secrets)]
     return problems
 
 

@@ -25,6 +25,14 @@ def _submitit_text(job: SubmititJob, tasks: int, marked: tuple[str, ...]) -> lis
     return out
 
 
+def _where(plan: LaunchPlan) -> str:
+    if plan.profile.kind == "slurm":
+        return "one SLURM task per node"
+    if plan.host_run_dir is not None:
+        return "every TPU host, the same command, through gcloud"
+    return "this machine, the TPU VM" if plan.profile.kind == "tpu" else "this machine"
+
+
 def render_text(plan: LaunchPlan) -> str:
     profile = plan.profile
     out = [f"profile:   {profile.name} ({profile.source})",
@@ -32,19 +40,24 @@ def render_text(plan: LaunchPlan) -> str:
            f"world:     {plan.world_size} processes = {profile.nodes} node(s) x {profile.procs_per_node}, "
            f"device {profile.device}, backend {profile.dist_backend}",
            f"run dir:   {plan.run_dir}"]
+    if plan.host_run_dir is not None:
+        out.append(f"on hosts:  {plan.host_run_dir} in {plan.nodes[0].cwd} on every TPU host (rank logs, checkpoints, "
+                   "result); here: the plan and the gcloud output")
     # Nodes that run the same command (every SLURM task does) are shown once.
     for _, same in groupby(plan.nodes, key=lambda node: (node.argv, node.env, node.cwd)):
         group = list(same)
         node = group[0]
         ranks = f"node {node.node_rank}" if len(group) == 1 else f"nodes {node.node_rank}-{group[-1].node_rank}"
-        where = "this machine" if profile.kind == "local" else "one SLURM task per node"
+        where = _where(plan)
         out += ["", f"{ranks} ({where})", f"  cwd: {node.cwd}", "  env:"]
         out += [f"    {name}={mask(name, value, profile.secrets)}" for name, value in node.env]
         out += ["  command:", f"    {shell.join(node.argv)}"]
-    for file in plan.files:
-        out += ["", f"file {file.path}:"] + [f"  {line}" for line in file.text.splitlines()]
+    for file, where in [(file, "") for file in plan.files] + [(file, " (on every host)") for file in plan.host_files]:
+        out += ["", f"file {file.path}{where}:"] + [f"  {line}" for line in file.text.splitlines()]
     if plan.submit_argv:
         out += ["", f"submitted with: {shlex.join(plan.submit_argv)}"]
+    if plan.after_argv:
+        out += ["", f"then, once it succeeded: {shlex.join(plan.after_argv)}"]
     if plan.submitit is not None:
         out += _submitit_text(plan.submitit, profile.world_size, profile.secrets)
     return "\n".join(out) + "\n"

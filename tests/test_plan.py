@@ -231,10 +231,11 @@ def test_render_masks_secret_looking_values(write_profile, tmp_path: Path) -> No
 def test_profiles_render_and_accelerate_config_import_no_heavy_library() -> None:
     probe = ("import sys\nfrom launch.cli import main\n"
              "for argv in (['profiles'], ['profiles', 'slurm-2x4'], "
-             "['render', '--profile', 'slurm-2x4', '--strategy', 'ddp']):\n"
+             "['render', '--profile', 'slurm-2x4', '--strategy', 'ddp'], "
+             "['render', '--profile', 'tpu-v4-32', '--strategy', 'accelerate']):\n"
              "    assert main(argv) == 0, argv\n"
              "assert main(['accelerate-config', '--profile', 'local-cpu']) == 0\n"
-             "heavy = sorted(m for m in ('torch', 'accelerate', 'transformers', 'submitit') if m in sys.modules)\n"
+             "heavy = sorted(m for m in ('torch', 'accelerate', 'transformers', 'submitit', 'torch_xla') if m in sys.modules)\n"
              "print('HEAVY', heavy)\n")
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert "HEAVY []" in result.stdout, result.stdout + result.stderr

@@ -20,7 +20,7 @@ from train import checkpoint
 from train.args import TrainArgs
 from train.checkpoint import Position
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, join_process_group
+from train.dist_env import DistEnv, all_gather_objects, join_process_group
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
@@ -114,8 +114,16 @@ def _loaders(data: Datasets, args: TrainArgs) -> tuple[DataLoader, DataLoader]:
             DataLoader(data.test, batch_size=max(args.batch_size, 256)))
 
 
+def _expose_dataset(loader: object) -> None:
+    """Accelerate's XLA loader wrapper lacks the ``dataset`` that its save_state and load_state read
+    (AttributeError, accelerate 1.16): give it its inner loader's."""
+    inner = getattr(loader, "dataloader", None)
+    if not hasattr(loader, "dataset") and inner is not None:
+        loader.dataset = inner.dataset  # type: ignore[attr-defined]
+
+
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
-    from accelerate.utils import gather_object, set_seed
+    from accelerate.utils import set_seed
 
     accelerator = _accelerator(args, env)
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=accelerator.is_main_process,
@@ -126,6 +134,8 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     model = Net()
     optimizer = build_optimizer(model.parameters(), args.lr)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, *_loaders(data, args))
+    for loader in (train_loader, eval_loader):
+        _expose_dataset(loader)
     progress = Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
     epochs = math.ceil(progress.total_steps / len(train_loader))
     start = _resume(accelerator, args, reporter)
@@ -140,7 +150,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
         evaluate=lambda: evaluate(accelerator, model, eval_loader), save=lambda at: _save(accelerator, args, at),
         reporter=reporter)
     samples = accelerator.reduce(torch.tensor(float(progress.samples), device=accelerator.device), "sum").item()
-    digests = gather_object([parameter_digest(accelerator.unwrap_model(model))])
+    digests = all_gather_objects(parameter_digest(accelerator.unwrap_model(model)))
     result = {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": accelerator.num_processes,
               "num_nodes": env.num_nodes, "epochs": epochs, "steps": progress.step, "train_loss": train_loss,
               "eval_loss": eval_loss, "eval_accuracy": eval_accuracy,

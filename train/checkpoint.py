@@ -7,7 +7,6 @@ checkpoint it names is whole, so a job killed at any moment leaves either the ol
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import shutil
 from dataclasses import asdict, dataclass
@@ -38,11 +37,16 @@ class Position:
     batches_in_epoch: int = 0
 
 
-def rng_state() -> dict[str, Any]:
-    """This process's random number generators: Python's, NumPy's, torch's CPU and CUDA ones."""
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """This process's random number generators: Python's, NumPy's, torch's CPU one, and the CUDA or XLA
+    device's."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "xla":
+        from train import xla
+
+        state["xla"] = xla.rng_state()
     return state
 
 
@@ -52,11 +56,21 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "xla" in state:
+        from train import xla
+
+        xla.set_rng_state(state["xla"])
 
 
-def rng_bytes(state: dict[str, Any]) -> bytes:
-    """An RNG state as bytes, for gathering every rank's state onto the one that writes."""
-    return pickle.dumps(state)
+def to_cpu(value: Any) -> Any:  # noqa: ANN401
+    """Tensors anywhere inside dicts, lists and tuples copied to the CPU (a checkpoint readable anywhere)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(item) for item in value)
+    return value
 
 
 def staging_path(run_dir: str | Path, step: int) -> Path:

@@ -20,9 +20,9 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from train import checkpoint
 from train.args import TrainArgs
-from train.checkpoint import Position, rng_state, set_rng_state
+from train.checkpoint import Position, rng_state, set_rng_state, to_cpu
 from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, init_process_group
+from train.dist_env import DistEnv, all_gather_objects, init_process_group
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
@@ -41,7 +41,9 @@ def resolve_device(requested: str, local_rank: int) -> torch.device:
                                f"{torch.cuda.device_count()}); use a cpu profile")
         return torch.device("cuda", local_rank)
     if requested == "xla":
-        raise RuntimeError("device xla is not supported by this entrypoint yet")
+        from train import xla
+
+        return xla.device()
     return torch.device("cpu")
 
 
@@ -57,14 +59,14 @@ def evaluate(model: torch.nn.Module, data: Datasets, args: TrainArgs, env: DistE
     """Loss and accuracy on the whole held-out set, each rank taking every world_size-th sample."""
     shard = Subset(data.test, range(env.rank, len(data.test), env.world_size))
     model.eval()
-    loss_sum = correct = 0.0
+    totals = torch.zeros(2, dtype=torch.float64, device=device)  # summed on the device: no sync per batch
     with torch.no_grad():
         for images, labels in DataLoader(shard, batch_size=max(args.batch_size, 256), generator=torch.Generator()):
             images, labels = images.to(device), labels.to(device)
             output = model(images)
-            loss_sum += F.nll_loss(output, labels, reduction="sum").item()
-            correct += (output.argmax(dim=1) == labels).sum().item()
-    loss_sum, correct, count = _all_sum([loss_sum, correct, float(len(shard))], env, device)
+            totals += torch.stack([F.nll_loss(output, labels, reduction="sum"),
+                                   (output.argmax(dim=1) == labels).sum()]).double()
+    loss_sum, correct, count = _all_sum([*totals.tolist(), float(len(shard))], env, device)
     return loss_sum / count, correct / count
 
 
@@ -106,14 +108,11 @@ class _Loop:
         """Every rank's RNG state gathered, then one file written by rank 0 and published atomically."""
         if not self.args.run_dir:
             return
-        states = [rng_state()]
-        if self.env.launched:
-            states = [None] * self.env.world_size
-            dist.all_gather_object(states, rng_state())
+        states = all_gather_objects(rng_state(self.device))
         if self.env.is_main:
             staged = checkpoint.stage(self.args.run_dir, position.step)
-            torch.save({"model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-                        "position": asdict(position), "rng": states}, staged / STATE_FILE)
+            torch.save(to_cpu({"model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                               "position": asdict(position), "rng": states}), staged / STATE_FILE)
             checkpoint.publish(self.args.run_dir, staged, position, strategy=STRATEGY,
                                world_size=self.env.world_size)
         if self.env.launched:
@@ -125,7 +124,7 @@ class _Loop:
                                       world_size=self.env.world_size)
         if record is None:
             return Position()
-        state = torch.load(Path(self.args.run_dir or ".") / record["path"] / STATE_FILE, map_location=self.device,
+        state = torch.load(Path(self.args.run_dir or ".") / record["path"] / STATE_FILE, map_location="cpu",
                            weights_only=False)  # our own file: it holds NumPy's RNG state too
         self.net.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -138,7 +137,7 @@ class _Loop:
         ranks and the position reached. Saves every --checkpoint-every steps; stops at a checkpoint when asked."""
         model, progress, args, env = self.model, self.progress, self.args, self.env
         model.train()
-        loss_sum, batches, tick = 0.0, 0, time.perf_counter()
+        loss_sum, batches, tick = torch.zeros((), device=self.device), 0, time.perf_counter()
         here = Position(step=progress.step, epoch=epoch, batches_in_epoch=first_batch)
         for images, labels in self.loader:
             images, labels = images.to(self.device), labels.to(self.device)
@@ -147,7 +146,7 @@ class _Loop:
             loss.backward()
             self.optimizer.step()
             progress.advance(len(labels))
-            loss_sum, batches = loss_sum + loss.item(), batches + 1
+            loss_sum, batches = loss_sum + loss.detach(), batches + 1  # no host sync per step
             if progress.due(args.log_every):
                 mean_loss = _all_sum([loss.item()], env, self.device)[0] / env.world_size
                 self.reporter.train_step(epoch, progress, mean_loss, env.world_size, tick)
@@ -156,18 +155,13 @@ class _Loop:
             if progress.done:
                 break
         progress.seconds += time.perf_counter() - tick
-        loss_total, batch_total = _all_sum([loss_sum, float(batches)], env, self.device)
+        loss_total, batch_total = _all_sum([loss_sum.item(), float(batches)], env, self.device)
         return loss_total / max(batch_total, 1.0), here
 
 
-def _all_digests(model: torch.nn.Module, env: DistEnv) -> list[str]:
+def _all_digests(model: torch.nn.Module) -> list[str]:
     """Every rank's parameter digest, in rank order (equal digests: replicas in sync)."""
-    digest = parameter_digest(model)
-    if not env.launched:
-        return [digest]
-    digests: list[str] = [""] * env.world_size
-    dist.all_gather_object(digests, digest)
-    return digests
+    return [str(digest) for digest in all_gather_objects(parameter_digest(model))]
 
 
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
@@ -192,6 +186,10 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
     # Own generators: creating a loader's iterator would otherwise draw from the global RNG, which a resumed
     # run restores part-way through an epoch.
     loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, generator=torch.Generator())
+    if device.type == "xla":
+        from train import xla
+
+        loader = xla.device_loader(loader, device)
     loop = _Loop(model=model, net=net, optimizer=build_optimizer(model.parameters(), args.lr), loader=loader,
                  progress=Progress(total_steps=args.max_steps or args.epochs * len(loader)), env=env,
                  device=device, args=args, reporter=reporter)
@@ -212,7 +210,7 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
             "eval_loss": eval_loss, "eval_accuracy": eval_accuracy,
             "samples_per_second": global_samples / max(loop.progress.seconds, 1e-9),
             "dataset": data.description, "device": device.type, "batch_size": args.batch_size, "lr": args.lr,
-            "seed": args.seed, "resumed_from_step": start.step, "param_digests": _all_digests(net, env)}
+            "seed": args.seed, "resumed_from_step": start.step, "param_digests": _all_digests(net)}
 
 
 @record

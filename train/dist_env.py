@@ -50,6 +50,19 @@ class DistEnv:
                    plan_env=_names(env.get(PLAN_ENV_VARIABLE, "")),
                    secret_names=_names(env.get(SECRET_NAMES_VARIABLE, "")))
 
+    @classmethod
+    def from_xla(cls) -> DistEnv:
+        """On an XLA device: PJRT's runtime says who this process is (torch_xla's launcher sets no RANK)."""
+        from train import xla
+
+        env = os.environ
+        return cls(**xla.placement(), launched=True, plan_env=_names(env.get(PLAN_ENV_VARIABLE, "")),
+                   secret_names=_names(env.get(SECRET_NAMES_VARIABLE, "")))
+
+    @classmethod
+    def for_device(cls, device: str) -> DistEnv:
+        return cls.from_xla() if device == "xla" else cls.from_environ()
+
     def shown(self, name: str) -> str:
         """A variable's value as this process may print it: secrets masked."""
         return mask(name, os.environ.get(name, ""), self.secret_names)
@@ -93,6 +106,11 @@ def init_process_group(env: DistEnv, backend: str, timeout_s: int | None, device
 
     timeout = timedelta(seconds=timeout_s) if timeout_s else timedelta(minutes=30)
     with rendezvous(env, timeout_s):
+        if backend == "xla":
+            from train import xla
+
+            xla.init_process_group(timeout)
+            return
         store = _attempt_store(env, timeout)
         if store is None:
             dist.init_process_group(backend=backend, device_id=device, timeout=timeout)
@@ -107,8 +125,26 @@ def join_process_group(args: TrainArgs, env: DistEnv) -> None:
     import torch
 
     if env.launched:
-        device_type = "cpu" if args.device == "cpu" or not torch.cuda.is_available() else "cuda"
+        device_type = args.device if args.device in ("cpu", "xla") else "cuda" if torch.cuda.is_available() else "cpu"
         init_process_group(env, args.backend_for(device_type), args.rendezvous_timeout)
+
+
+_object_group: object | None = None
+
+
+def all_gather_objects(value: object) -> list[object]:
+    """Every rank's ``value`` in rank order; ``[value]`` without a process group. Objects travel through a gloo
+    group where the default group cannot carry them (XLA's backend takes only XLA tensors)."""
+    import torch.distributed as dist
+
+    global _object_group
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    if dist.get_backend() == "xla" and _object_group is None:
+        _object_group = dist.new_group(backend="gloo")
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value, group=_object_group)
+    return gathered
 
 
 def _attempt_store(env: DistEnv, timeout: object) -> object | None:

@@ -44,7 +44,11 @@ def _terminated(run_dir: str | None, rank: int, signum: int) -> NoReturn:
 def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS, give this rank its log, train, and write result.json on the main process."""
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
-    env = DistEnv.from_environ()
+    env = DistEnv.for_device(args.device)
+    if args.device == "xla":  # Accelerate and Transformers read it on XLA devices other than TPUs (else -1: silent)
+        os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
+    else:  # where torch_xla is installed (a TPU VM), they would take XLA even for cpu=True and fail
+        os.environ.setdefault("USE_TORCH_XLA", "0")
     secrets = env.secret_values()
     output = rank_output(rank_log_path(args.run_dir, env.rank), echo=env.is_main, secrets=secrets) \
         if args.run_dir else nullcontext()

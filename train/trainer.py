@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from train import checkpoint, stop
 from train.args import TrainArgs
 from train.data import load_datasets
-from train.dist_env import DistEnv, join_process_group
+from train.dist_env import DistEnv, all_gather_objects, join_process_group
 from train.entry import exit_worker, run_entrypoint
 from train.model import Net
 from train.reporting import Reporter, parameter_digest
@@ -121,8 +121,6 @@ def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-un
 
 
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
-    from accelerate.utils import gather_object
-
     join_process_group(args, env)  # before TrainingArguments would (without a timeout on CPUs)
     training_args = training_arguments(args, Path(args.run_dir or ".") / "trainer")
     world_size = training_args.world_size
@@ -147,7 +145,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
         raise stop.StopRequested(saves.stopped, trainer.state.global_step)
     evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
     final = evaluations[-1] if evaluations else trainer.evaluate()  # eval_strategy=epoch ends with one
-    digests = gather_object([parameter_digest(trainer.accelerator.unwrap_model(trainer.model))])
+    digests = all_gather_objects(parameter_digest(trainer.accelerator.unwrap_model(trainer.model)))
     return {"strategy": STRATEGY, "profile": args.profile_name or "", "world_size": world_size,
             "num_nodes": env.num_nodes, "epochs": int(np.ceil(trainer.state.epoch or 0)),
             "steps": trainer.state.global_step, "train_loss": _last_epoch_loss(trainer.state.log_history),

@@ -40,6 +40,10 @@ def cancel(run_dir: Path) -> bool:
 
         slurm.cancel(str(state["job_id"]))
         return True
+    if state.get("backend") == "tpu":
+        from launch.backends import tpu
+
+        return tpu.cancel(run_dir, state)
     from launch.backends import local
 
     return local.cancel(run_dir)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from launch import runs, shell
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan, NodeCommand
 from launch.profile import Profile
+from train import xla
 
 STOP_GRACE_S = 20.0
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # cancel, and a closed terminal or ssh session
@@ -23,6 +26,11 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # cancel, and a closed terminal
 
 def preflight(profile: Profile) -> None:
     """Fail before starting anything when this machine cannot host the profile."""
+    if profile.device == "xla":
+        if importlib.util.find_spec("torch_xla") is None:  # found, not imported: that takes seconds
+            raise SubmitError(f"{profile.source}: device xla needs torch_xla, which {sys.executable} cannot import",
+                              xla.INSTALL_HINT)
+        return
     if profile.device != "cuda":
         return
     found = cuda_device_count()
@@ -52,10 +60,12 @@ def run(plan: LaunchPlan) -> Outcome:
     return run_node(Path(plan.run_dir), _single_node(plan))
 
 
-def run_node(run_dir: Path, node: NodeCommand) -> Outcome:
-    """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP; record how it ended."""
+def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | None = None,
+             then: tuple[str, ...] = ()) -> Outcome:
+    """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP; record how it ended (with
+    ``record``'s fields in the run's state). ``then`` runs after a success (its failure is only reported)."""
     env = {**os.environ, **dict(node.env)}
-    me = {"launcher_pid": os.getpid(), "launcher_started": process_started(os.getpid())}
+    me = {"launcher_pid": os.getpid(), "launcher_started": process_started(os.getpid()), **(record or {})}
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
     try:
         process = subprocess.Popen(shell.resolve(node.argv, env), cwd=node.cwd, env=env,
@@ -70,24 +80,29 @@ def run_node(run_dir: Path, node: NodeCommand) -> Outcome:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _stop_stragglers(run_dir)
+    if then and outcome.exit_code == 0 and not outcome.cancelled:
+        afterwards = subprocess.run(list(then), cwd=node.cwd, check=False)
+        if afterwards.returncode:
+            print(f"launch: warning: {shlex.join(then)} failed with exit status {afterwards.returncode}", file=sys.stderr)
     status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     return outcome
 
 
-def start_detached(plan: LaunchPlan) -> int:
-    """Start a launcher process in its own session that runs the plan's node; return its pid.
-
-    The node travels on the launcher's stdin, so no value of it (secrets included) is written to disk.
+def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record: dict[str, object] | None = None,
+                   then: tuple[str, ...] = ()) -> int:
+    """Start a launcher process in its own session that runs the plan's node (or ``node``) as ``run_node``
+    does; return its pid. The node travels on the launcher's stdin, so no value of it (secrets included) is
+    written to disk.
     """
     run_dir = Path(plan.run_dir)
-    node = _single_node(plan)
+    node = node or _single_node(plan)
     with open(run_dir / "launcher.log", "ab") as log:
         launcher = subprocess.Popen([sys.executable, "-m", "launch.backends.local", str(run_dir)],
                                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     cwd=node.cwd, start_new_session=True)
     assert launcher.stdin is not None  # noqa: S101 - stdin=PIPE above
-    launcher.stdin.write(json.dumps(_node_to_json(node)).encode())
+    launcher.stdin.write(json.dumps({"node": _node_to_json(node), "record": record, "then": then}).encode())
     launcher.stdin.close()
     return launcher.pid
 
@@ -198,8 +213,9 @@ def _node_from_json(data: dict[str, object]) -> NodeCommand:
 
 
 def _detached_main(run_dir: str) -> int:
-    node = _node_from_json(json.loads(sys.stdin.read()))
-    return run_node(Path(run_dir), node).exit_code
+    given = json.loads(sys.stdin.read())
+    return run_node(Path(run_dir), _node_from_json(given["node"]), record=given["record"],
+                    then=tuple(given["then"])).exit_code
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The ddp strategy: torchrun starts ``procs_per_node`` copies of ``train.ddp`` on every node."""
+"""The ddp strategy: torchrun (torch_xla's launcher on TPUs) starts ``procs_per_node`` copies of ``train.ddp``
+on every node."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from launch.shell import Arg
 from launch.strategies.context import NodeContext
 
 ENTRY_MODULE = "train.ddp"
+XLA_LAUNCHER = "train.xla"
 
 
 def torchrun_argv(profile: Profile, python: str, node: NodeContext) -> list[Arg]:
@@ -21,6 +23,14 @@ def torchrun_argv(profile: Profile, python: str, node: NodeContext) -> list[Arg]
     return argv + ["--nproc_per_node", str(profile.procs_per_node), "--max_restarts", str(node.max_restarts)]
 
 
+def launcher_argv(profile: Profile, python: str, node: NodeContext, entry_module: str) -> list[Arg]:
+    """What starts ``entry_module`` once per device of a node: torchrun, or torch_xla's launcher on TPU hosts
+    (``train.xla``: every host runs it alike; PJRT finds the other hosts)."""
+    if profile.device == "xla":
+        return [python, "-m", XLA_LAUNCHER, entry_module]
+    return [*torchrun_argv(profile, python, node), "-m", entry_module]
+
+
 def node_argv(profile: Profile, python: str, node: NodeContext, train_argv: tuple[str, ...],
               run_dir: str) -> list[Arg]:
-    return [*torchrun_argv(profile, python, node), "-m", ENTRY_MODULE, *train_argv]
+    return [*launcher_argv(profile, python, node, ENTRY_MODULE), *train_argv]

@@ -1,0 +1,51 @@
+"""TPU hosts through gcloud: the plan's one gcloud command runs here like a local job; cancel reaches every host."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from launch import tpu
+from launch.backends import local
+from launch.errors import SubmitError
+from launch.plan import LaunchPlan, NodeCommand
+
+BACKEND = "tpu"
+
+
+def preflight() -> None:
+    if shutil.which("gcloud") is None:
+        raise SubmitError("gcloud: not found on PATH; launch reaches TPU hosts through the Google Cloud CLI",
+                          "install it (https://cloud.google.com/sdk/docs/install), then `gcloud auth login`")
+
+
+def run(plan: LaunchPlan) -> local.Outcome:
+    """The job on every host, to its end; then host 0's result.json copied into the run folder here."""
+    return local.run_node(Path(plan.run_dir), _gcloud_node(plan), record=_record(plan), then=plan.after_argv)
+
+
+def start_detached(plan: LaunchPlan) -> int:
+    return local.start_detached(plan, _gcloud_node(plan), record=_record(plan), then=plan.after_argv)
+
+
+def cancel(run_dir: Path, state: dict[str, object]) -> bool:
+    """Stop gcloud here, and the run's processes on every host (an ssh session's end does not stop them)."""
+    stopped = local.cancel(run_dir)
+    stop_argv = state.get("stop_argv")
+    if isinstance(stop_argv, list):
+        done = subprocess.run([str(arg) for arg in stop_argv], capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            raise SubmitError(f"stopping the run on the TPU hosts failed ({done.stderr.strip()[-300:]})",
+                              f"stop it by hand: {' '.join(map(str, stop_argv))}")
+        stopped = True
+    return stopped
+
+
+def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
+    return NodeCommand(node_rank=0, argv=plan.submit_argv, env=(), cwd=str(Path.cwd()))
+
+
+def _record(plan: LaunchPlan) -> dict[str, object]:
+    assert plan.profile.tpu is not None and plan.host_run_dir is not None  # noqa: S101 - a TPU hosts plan
+    return {"backend": BACKEND, "stop_argv": list(tpu.gcloud_ssh(plan.profile.tpu, tpu.stop_command(plan.host_run_dir)))}

@@ -1,0 +1,111 @@
+"""The real XLA path of every strategy, on one XLA CPU device (PJRT_DEVICE=CPU), through `launch submit`.
+
+It needs a Python with torch_xla: tests/xla/venv.sh makes one (torch and torch_xla 2.9.0; `.ci/run` makes it
+before the suite). Each scenario is its own `launch submit` process with that Python, on tests/xla/tpu-cpu.yaml:
+the single TPU VM profile with PJRT's CPU device instead of TPU chips, so the command that runs is the one a
+TPU VM runs. Not covered here: several XLA replicas at once (on PJRT's CPU device they are threads of one
+process in torch_xla 2.9.0, whose collectives deadlocked), and real TPU chips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PROFILE = ROOT / "tests" / "xla" / "tpu-cpu.yaml"
+STEPS = 6
+# What each entrypoint reports about its device when it really ran on XLA.
+XLA_MARK = {"ddp": ("device", "xla"), "accelerate": ("distributed_type", "XLA"), "trainer": ("parallel_mode", "tpu")}
+
+
+@pytest.fixture(scope="module")
+def xla_python() -> str:
+    found = subprocess.run(["bash", str(ROOT / "tests" / "xla" / "venv.sh"), "--check"], capture_output=True,
+                           text=True)
+    if found.returncode != 0:
+        reason = "no XLA test environment: make it with `bash tests/xla/venv.sh` (about 4 GB of downloads, once)"
+        if os.environ.get("CI"):
+            pytest.fail(f"required in CI: {reason}")
+        pytest.skip(reason)
+    return found.stdout.strip()
+
+
+def _submit(xla_python: str, strategy: str, run_dir: Path, *train_args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [xla_python, "-m", "launch", "submit", "--profile", str(PROFILE), "--strategy", strategy,
+         "--run-dir", str(run_dir), "--", "--max-steps", str(STEPS), "--log-every", "2", "--checkpoint-every", "3",
+         *train_args],
+        cwd=ROOT, capture_output=True, text=True, timeout=420,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@pytest.fixture(scope="module")
+def submitted(xla_python: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Each strategy's run, made once per module: (its run folder, the finished `submit`)."""
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]] = {}
+
+    def run(strategy: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        if strategy not in runs:
+            run_dir = tmp_path_factory.mktemp("xla") / strategy
+            runs[strategy] = run_dir, _submit(xla_python, strategy, run_dir)
+        return runs[strategy]
+    return run
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("strategy", ["ddp", "accelerate", "trainer"])
+def test_each_strategy_trains_on_an_xla_device(submitted, strategy: str) -> None:  # type: ignore[no-untyped-def]
+    run_dir, done = submitted(strategy)
+    log = (run_dir / "logs" / "rank-0.log").read_text() if (run_dir / "logs" / "rank-0.log").exists() else ""
+    assert done.returncode == 0, f"{strategy} on XLA failed:\n{done.stderr[-3000:]}\n{log[-3000:]}"
+    result = json.loads((run_dir / "result.json").read_text())
+    key, value = XLA_MARK[strategy]
+    assert result[key] == value and result["device"] == "xla"
+    assert result["steps"] == STEPS and result["world_size"] == 1 and 0 <= result["eval_accuracy"] <= 1
+    assert f"step {STEPS}/{STEPS}" in log  # the main process's progress reached its log (LOCAL_RANK on XLA)
+    latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+    assert latest["step"] == STEPS and (run_dir / latest["path"]).is_dir()
+    if strategy == "ddp":  # the process group is XLA's own backend, even alone
+        assert "--dist-backend xla" in (run_dir / "plan.txt").read_text()
+
+
+@pytest.mark.e2e
+def test_ddp_on_xla_resumes_from_its_checkpoint_exactly(xla_python: str, submitted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A run stopped at step 3 and continued to 6 ends with the same parameters as one run straight to 6 that
+    saved the same checkpoints. (On XLA a checkpoint runs the pending graph early, which moves the device's RNG
+    stream: a run without checkpoints ends elsewhere, as measured, so the straight run saves every 3 steps.)"""
+    straight, done = submitted("ddp")  # to 6, saving every 3 steps
+    assert done.returncode == 0, done.stderr[-3000:]
+    halves = tmp_path / "halves"
+    first = subprocess.run(
+        [xla_python, "-m", "train.xla", "train.ddp", "--device", "xla", "--max-steps", "3", "--log-every", "2",
+         "--run-dir", str(halves)], cwd=ROOT, capture_output=True, text=True, timeout=420,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"})
+    assert first.returncode == 0, first.stderr[-3000:]
+    (halves / "result.json").unlink()  # the first half's own result: the run goes on
+    second = subprocess.run(
+        [xla_python, "-m", "train.xla", "train.ddp", "--device", "xla", "--max-steps", str(STEPS), "--log-every",
+         "2", "--run-dir", str(halves), "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=420,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"})
+    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = json.loads((halves / "result.json").read_text())
+    assert resumed["resumed_from_step"] == 3
+    assert resumed["param_digests"] == json.loads((straight / "result.json").read_text())["param_digests"]
+
+
+@pytest.mark.e2e
+def test_a_cpu_profile_stays_on_the_cpu_where_torch_xla_is_installed(xla_python: str, tmp_path: Path) -> None:
+    """On a TPU VM torch_xla is installed, and Accelerate would take XLA even for cpu=True (it failed so)."""
+    run_dir = tmp_path / "cpu"
+    done = subprocess.run([xla_python, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "accelerate",
+                           "--run-dir", str(run_dir), "--", "--max-steps", "2"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=420, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert (result["distributed_type"], result["device"], result["world_size"]) == ("MULTI_CPU", "cpu", 2)
