@@ -308,6 +308,8 @@ def _logs(args: argparse.Namespace, _: list[str]) -> int:
     from launch import backends
 
     run_dir = _run_dir(args.run)
+    if (runs.read_json(run_dir / runs.STATE) or {}).get("backend") == "tpu":
+        return _tpu_logs(run_dir, args.rank, follow=args.follow)
     path = runs.rank_log_path(run_dir, args.rank)
     position = 0
     while True:
@@ -319,6 +321,17 @@ def _logs(args: argparse.Namespace, _: list[str]) -> int:
         time.sleep(0.5)
     if not path.is_file():
         raise LaunchError(f"{path}: no log for rank {args.rank}")
+    return 0
+
+
+def _tpu_logs(run_dir: Path, rank: int, *, follow: bool) -> int:
+    """Rank logs of a run on TPU hosts stay there; printed from the host that has them."""
+    from launch.backends import tpu
+
+    if follow:
+        raise LaunchError(f"logs --follow: {run_dir} runs on TPU hosts, whose logs are read through gcloud",
+                          "run `logs` again, or follow the job with `submit` in the foreground")
+    tpu.print_rank_log(runs.read_json(run_dir / runs.STATE) or {}, rank)
     return 0
 
 

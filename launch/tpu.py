@@ -45,8 +45,13 @@ def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterabl
     return " && ".join(steps)
 
 
+def print_command(path: str) -> str:
+    """What every host runs to print a file of the run; only the host that has it prints anything."""
+    return f"test ! -e {shlex.quote(path)} || cat {shlex.quote(path)}"
+
+
 def stop_command(host_run_dir: str) -> str:
     """What every host runs to stop a run's processes: those whose command line names its run folder."""
     # "[-]-run-dir": the pattern must not match the command line of the shell that runs pkill
-    pattern = "[-]-run-dir " + re.sub(r"([.^$*+?()[\]{}|\\])", r"\\\1", host_run_dir)
+    pattern = "[-]-run-dir " + re.sub(r"([.^$*+?()[\]{}|\\])", r"\\\1", host_run_dir) + "( |$)"
     return shlex.join(["pkill", "-TERM", "-f", "--", pattern]) + " || true"

@@ -59,6 +59,10 @@ run_dir = argv[argv.index("--run-dir") + 1]
 os.makedirs(run_dir, exist_ok=True)
 with open(os.path.join(os.environ["HOME"], "host-python.json"), "w") as record:
     json.dump({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid()}, record)
+worker = int(os.environ["HOME"].rsplit("-", 1)[1])
+os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+with open(os.path.join(run_dir, "logs", f"rank-{4 * worker}.log"), "w") as log:
+    log.write(f"log of rank {4 * worker} on worker-{worker}\\n")
 time.sleep(float(os.environ.get("HOST_SLEEP", "0")))
 with open(os.path.join(run_dir, "result.json"), "w") as result:
     json.dump({"eval_accuracy": 0.5, "steps": 7}, result)
@@ -153,6 +157,10 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
         assert {name: host["env"].get(name) for name, _ in plan.nodes[0].env} == dict(plan.nodes[0].env)
         assert host["env"]["ODD_VALUE"] == "it's $(not run); `x`"
         assert host["cwd"] == str(tmp_path / "hosts" / f"worker-{worker}" / "project")
+    shown = run_cli("logs", str(run_dir), "--rank", "8", cwd=tmp_path, env=env)  # from the host that has it
+    assert (shown.returncode, shown.stdout) == (0, "log of rank 8 on worker-2\n"), shown.stderr
+    followed = run_cli("logs", str(run_dir), "--follow", cwd=tmp_path, env=env)
+    assert followed.returncode == 2 and "runs on TPU hosts" in followed.stderr
     if strategy == "accelerate":
         from accelerate.commands.config.config_args import load_config_from_file
 

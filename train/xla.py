@@ -40,9 +40,10 @@ def placement() -> dict[str, int]:
     import torch_xla.runtime as xr
 
     per_host = max(1, xr.local_device_count())  # one process per device on each host
-    rank, world_size = xr.global_ordinal(), xr.world_size()
-    return {"rank": rank, "local_rank": xr.local_ordinal(), "world_size": world_size,
-            "local_world_size": per_host, "node_rank": rank // per_host, "num_nodes": max(1, world_size // per_host)}
+    world_size = xr.world_size()
+    # host_index, not rank // per_host: PJRT promises no relation between ordinals and TPU workers
+    return {"rank": xr.global_ordinal(), "local_rank": xr.local_ordinal(), "world_size": world_size,
+            "local_world_size": per_host, "node_rank": xr.host_index(), "num_nodes": max(1, world_size // per_host)}
 
 
 def init_process_group(timeout: Any) -> None:  # noqa: ANN401 - a datetime.timedelta

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from launch import tpu
+from launch import runs, tpu
 from launch.backends import local
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan, NodeCommand
@@ -42,10 +42,23 @@ def cancel(run_dir: Path, state: dict[str, object]) -> bool:
     return stopped
 
 
+def print_rank_log(state: dict[str, object], rank: int) -> None:
+    """A rank's log, from whichever host wrote it, printed here."""
+    ssh, folder = state.get("ssh_argv"), state.get("hosts_run_dir")
+    if not isinstance(ssh, list) or not isinstance(folder, str):
+        raise SubmitError("this run's state does not say where its hosts are", "see its plan.txt")
+    path = str(runs.rank_log_path(PurePosixPath(folder), rank))
+    done = subprocess.run([*map(str, ssh), tpu.print_command(path)], check=False)
+    if done.returncode:
+        raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
+
+
 def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
     return NodeCommand(node_rank=0, argv=plan.submit_argv, env=(), cwd=str(Path.cwd()))
 
 
 def _record(plan: LaunchPlan) -> dict[str, object]:
     assert plan.profile.tpu is not None and plan.host_run_dir is not None  # noqa: S101 - a TPU hosts plan
-    return {"backend": BACKEND, "stop_argv": list(tpu.gcloud_ssh(plan.profile.tpu, tpu.stop_command(plan.host_run_dir)))}
+    ssh = tpu.gcloud_ssh(plan.profile.tpu, "")[:-1]  # every host, the command to come
+    return {"backend": BACKEND, "ssh_argv": list(ssh), "stop_argv": [*ssh, tpu.stop_command(plan.host_run_dir)],
+            "hosts_run_dir": str(PurePosixPath(plan.nodes[0].cwd, plan.host_run_dir))}
