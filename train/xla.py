@@ -97,7 +97,9 @@ def launch(module_name: str, argv: list[str]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: python -m train.xla MODULE [TRAIN_ARGS]")
-    launch(sys.argv[1], sys.argv[2:])
+    from train import xla  # by its name: the spawned processes import the function they run from there
+
+    xla.launch(sys.argv[1], sys.argv[2:])
     from train.entry import exit_worker
 
     exit_worker(0)
