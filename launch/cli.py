@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     config.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
     config.add_argument("--machine-rank", type=int, default=0, help="this machine's rank (default 0)")
     config.add_argument("--output", help="write the file here (never over an existing file)")
+    report = commands.add_parser("report", help="plot loss and accuracy curves of runs, and print a summary")
+    report.add_argument("runs", nargs="+", metavar="RUN", help="run folders (or their names under runs/)")
+    report.add_argument("--output", default="report.png", help="the PNG to write (never over an existing file; "
+                                                                "default report.png)")
+    commands.add_parser("doctor", help="what this machine offers, and what each bundled profile would need")
     for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
                        ("cancel", "stop a running job")):
         command = commands.add_parser(name, help=text)
@@ -335,6 +340,42 @@ def _tpu_logs(run_dir: Path, rank: int, *, follow: bool) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace, _: list[str]) -> int:
+    from launch import report
+
+    output = Path(args.output)
+    if output.exists():
+        raise LaunchError(f"--output {output}: already exists; launch does not overwrite it",
+                          "remove it first or choose another path")
+    if output.suffix.lower() != ".png":
+        raise LaunchError(f"--output {output}: must end in .png")
+    curves = [report.read_run(_folder_with_metrics(given)) for given in args.runs]
+    try:
+        report.plot(curves, output)
+    except OSError as error:
+        raise LaunchError(f"--output {output}: cannot write ({error.strerror})") from None
+    print(report.summary_table(curves))
+    print(f"wrote {output}")
+    return 0
+
+
+def _folder_with_metrics(given: str) -> Path:
+    """A run folder as `_run_dir` finds one, or any folder an entrypoint wrote into (`--run-dir`)."""
+    try:
+        return _run_dir(given)
+    except LaunchError:
+        if Path(given).is_dir():
+            return Path(given)
+        raise
+
+
+def _doctor(args: argparse.Namespace, _: list[str]) -> int:
+    from launch import doctor
+
+    print(doctor.report(), end="")
+    return 0
+
+
 def _cancel(args: argparse.Namespace, _: list[str]) -> int:
     from launch import backends
 
@@ -346,4 +387,5 @@ def _cancel(args: argparse.Namespace, _: list[str]) -> int:
 
 
 _HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit,
-             "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel}
+             "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel,
+             "report": _report, "doctor": _doctor}

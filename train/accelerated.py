@@ -70,6 +70,7 @@ def _train_epoch(epoch: int, first_batch: int, accelerator, model: torch.nn.Modu
         optimizer.step()
         progress.advance(len(labels))
         loss_sum, batches = loss_sum + loss.detach(), batches + 1
+        reporter.tick_loop(epoch, progress, accelerator.num_processes, tick)
         if progress.due(args.log_every):
             mean_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
             reporter.train_step(epoch, progress, mean_loss, accelerator.num_processes, tick)
@@ -157,7 +158,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
               "samples_per_second": samples / max(progress.seconds, 1e-9), "dataset": data.description,
               "device": accelerator.device.type, "distributed_type": accelerator.distributed_type.value,
               "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "resumed_from_step": start.step,
-              "param_digests": digests}
+              "first_step_at": progress.first_step_at, "param_digests": digests}
     accelerator.end_training()
     return result
 

@@ -147,6 +147,7 @@ class _Loop:
             self.optimizer.step()
             progress.advance(len(labels))
             loss_sum, batches = loss_sum + loss.detach(), batches + 1  # no host sync per step
+            self.reporter.tick_loop(epoch, progress, env.world_size, tick)
             if progress.due(args.log_every):
                 mean_loss = _all_sum([loss.item()], env, self.device)[0] / env.world_size
                 self.reporter.train_step(epoch, progress, mean_loss, env.world_size, tick)
@@ -210,7 +211,8 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
             "eval_loss": eval_loss, "eval_accuracy": eval_accuracy,
             "samples_per_second": global_samples / max(loop.progress.seconds, 1e-9),
             "dataset": data.description, "device": device.type, "batch_size": args.batch_size, "lr": args.lr,
-            "seed": args.seed, "resumed_from_step": start.step, "param_digests": _all_digests(net)}
+            "seed": args.seed, "resumed_from_step": start.step, "first_step_at": loop.progress.first_step_at,
+            "param_digests": _all_digests(net)}
 
 
 @record

@@ -161,24 +161,57 @@ def _attempt_store(env: DistEnv, timeout: object) -> object | None:
     return dist.PrefixStore(f"launch/attempt-{attempt}", client)
 
 
+class Console:
+    """The terminal (or pipe) the main rank was started from: output lines, and below them one status line
+    (a progress bar) that is redrawn in place, on a terminal only."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.live = os.isatty(fd)
+        self._lock = threading.Lock()
+        self._status = b""
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            self._write(b"\r\x1b[K" + data + self._status if self._status else data)
+
+    def status(self, text: str) -> None:
+        """Show ``text`` as the status line (empty: remove it); a no-op when this is not a terminal."""
+        if not self.live:
+            return
+        with self._lock:
+            self._status = text.encode()
+            self._write(b"\r\x1b[K" + self._status)
+
+    def close(self) -> None:
+        self.status("")
+        os.close(self.fd)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+
 @contextmanager
-def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Iterator[None]:
+def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Iterator[Console | None]:
     """While inside, this process's stdout and stderr (Python's and native code's) go to ``path``; with
-    ``echo``, to the console it had as well. Every rank keeps a complete log, tracebacks included; only the
-    main rank's reaches the terminal. Secret values are masked on the way. On the way out the console is
-    restored (a notebook keeps its own)."""
+    ``echo``, to the console it had as well, which it yields (for a progress bar). Every rank keeps a complete
+    log, tracebacks included; only the main rank's reaches the terminal. Secret values are masked on the way.
+    On the way out the console is restored (a notebook keeps its own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
+    console = Console(os.dup(saved[1])) if echo else None
     with open(path, "ab", buffering=0) as log:
-        pump = _start_tee(log, saved[1] if echo else None, secrets) if echo or secrets else None
+        pump = _start_tee(log, console, secrets) if echo or secrets else None
         if pump is None:
             for fd in (1, 2):
                 os.dup2(log.fileno(), fd)
         failure = ""
         try:
-            yield
+            yield console
         except BaseException as error:
             failure = "" if getattr(error, "expected", False) else traceback.format_exc()
             raise
@@ -193,36 +226,36 @@ def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Ite
             log.write(scrub(failure, secrets).encode())
 
 
-def _start_tee(log: BinaryIO, console_fd: int | None, secrets: tuple[str, ...]) -> threading.Thread:
+def _start_tee(log: BinaryIO, console: Console | None, secrets: tuple[str, ...]) -> threading.Thread:
     """Point stdout and stderr at a pipe whose reader copies everything to the log (and the console)."""
-    sinks = [log] if console_fd is None else [log, os.fdopen(os.dup(console_fd), "wb", buffering=0)]
     read_end, write_end = os.pipe()
     for fd in (1, 2):
         os.dup2(write_end, fd)
     os.close(write_end)
-    pump = threading.Thread(target=_pump, args=(read_end, tuple(sinks), secrets), daemon=True)
+    pump = threading.Thread(target=_pump, args=(read_end, log, console, secrets), daemon=True)
     pump.start()
     return pump
 
 
-def _pump(read_end: int, sinks: tuple[BinaryIO, ...], secrets: tuple[str, ...]) -> None:
+def _pump(read_end: int, log: BinaryIO, console: Console | None, secrets: tuple[str, ...]) -> None:
     """Copy whole lines, with secrets masked (a secret split across two reads is still masked)."""
     pending = b""
     with os.fdopen(read_end, "rb", buffering=0) as source:
         while chunk := source.read(65536):
             pending += chunk
             cut = pending.rfind(b"\n") + 1 if len(pending) < 1 << 20 else len(pending)
-            _write(sinks, pending[:cut], secrets)
+            _write(log, console, pending[:cut], secrets)
             pending = pending[cut:]
-    _write(sinks, pending, secrets)
-    if len(sinks) > 1:
-        sinks[-1].close()
+    _write(log, console, pending, secrets)
+    if console is not None:
+        console.close()
 
 
-def _write(sinks: tuple[BinaryIO, ...], data: bytes, secrets: tuple[str, ...]) -> None:
+def _write(log: BinaryIO, console: Console | None, data: bytes, secrets: tuple[str, ...]) -> None:
     if not data:
         return
     if secrets:
         data = scrub(data.decode(errors="surrogateescape"), secrets).encode(errors="surrogateescape")
-    for sink in sinks:
-        sink.write(data)
+    log.write(data)
+    if console is not None:
+        console.write(data)

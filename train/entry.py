@@ -12,7 +12,7 @@ from typing import NoReturn
 from contextlib import nullcontext
 
 from train.args import TrainArgs, parse_train_args
-from train.dist_env import DistEnv, rank_output
+from train.dist_env import Console, DistEnv, rank_output
 from train.layout import rank_log_path
 from train.masking import scrub
 from train import stop
@@ -53,8 +53,8 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     output = rank_output(rank_log_path(args.run_dir, env.rank), echo=env.is_main, secrets=secrets) \
         if args.run_dir else nullcontext()
     try:
-        with output:
-            return _run(train, args, env)
+        with output as console:
+            return _run(train, args, env, console)
     except Exception as error:
         # What re-raises from here is printed and recorded by others (the interpreter's last words on stderr,
         # torchrun's error file, submitit's result pickle): without any secret value in its message.
@@ -64,7 +64,7 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
         raise RuntimeError(f"{type(error).__name__}: {scrub(text, secrets)}") from None
 
 
-def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
+def _run(train: TrainFunction, args: TrainArgs, env: DistEnv, console: Console | None) -> int:
     if args.run_dir or env.is_main:  # each rank's own log; only the main rank's reaches the terminal
         rendezvous = f", rendezvous {env.master_addr}:{env.master_port}" if env.master_addr else ""
         print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
@@ -77,7 +77,7 @@ def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
     own_sigterm = not stop.watching() and threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: _terminated(args.run_dir, env.rank, signum)) \
         if own_sigterm else None
-    reporter = Reporter(args.run_dir, is_main=env.is_main)
+    reporter = Reporter(args.run_dir, is_main=env.is_main, console=console)
     try:
         result = train(args, env, reporter)
     except stop.StopRequested as request:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import socket
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from train.dist_env import Console
 from train.masking import scrub, scrub_data, secret_values
 from train.layout import METRICS, RESULT, rank_state_path, write_json_atomic
 
@@ -25,8 +27,11 @@ class Progress:
     step: int = 0
     samples: int = 0
     seconds: float = 0.0  # in training epochs, evaluation excluded
+    first_step_at: float | None = None  # wall-clock time (time.time()) of this process's first optimizer step
 
     def advance(self, batch_size: int) -> None:
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
         self.step, self.samples = self.step + 1, self.samples + batch_size
 
     @property
@@ -40,11 +45,14 @@ class Progress:
 class Reporter:
     """Prints and records metrics on the main process; every other process stays quiet."""
 
-    def __init__(self, run_dir: str | None, *, is_main: bool) -> None:
+    def __init__(self, run_dir: str | None, *, is_main: bool, console: Console | None = None) -> None:
         self.run_dir = Path(run_dir) if run_dir and is_main else None
         self.is_main = is_main
         self.started = time.perf_counter()
         self.secrets = secret_values(os.environ)  # masked in everything written
+        self.console = console if is_main and console is not None and console.live else None
+        self.last_loss = float("nan")  # the last logged loss, shown in the progress bar
+        self._drawn = 0.0
 
     def say(self, message: str) -> None:
         if self.is_main:
@@ -63,6 +71,21 @@ class Reporter:
         self.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
                  f"{rate:.0f} samples/s")
         self.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss, samples_per_second=rate)
+        self.last_loss = mean_loss
+
+    def tick(self, epoch: int, step: int, total_steps: int, samples_per_second: float) -> None:
+        """After every step: the progress bar under the log lines, on a terminal only (at most 5 redraws/s)."""
+        now = time.perf_counter()
+        if self.console is None or (now - self._drawn < PROGRESS_REDRAW_S and step < total_steps):
+            return
+        self._drawn = now
+        self.console.status(progress_bar(epoch, step, total_steps, self.last_loss, samples_per_second))
+
+    def tick_loop(self, epoch: int, progress: Progress, world_size: int, epoch_started: float) -> None:
+        """``tick`` for the hand-written loops, whose Progress counts this process's samples."""
+        if self.console is not None:
+            elapsed = progress.seconds + time.perf_counter() - epoch_started
+            self.tick(epoch, progress.step, progress.total_steps, progress.samples * world_size / max(elapsed, 1e-9))
 
     def epoch_end(self, epoch: int, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
         self.say(f"epoch {epoch} done: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}, "
@@ -72,10 +95,24 @@ class Reporter:
 
     def finish(self, **result: Any) -> dict[str, Any]:
         """Write result.json (atomically) with the wall time since start; return what was written."""
+        if self.console is not None:
+            self.console.status("")
         result = scrub_data({**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}, self.secrets)
         if self.run_dir is not None:
             write_json_atomic(self.run_dir / RESULT, result)
         return result
+
+
+PROGRESS_REDRAW_S = 0.2
+BAR_WIDTH = 24
+
+
+def progress_bar(epoch: int, step: int, total_steps: int, loss: float, samples_per_second: float) -> str:
+    """One status line: ``epoch 1 [#######.........] 45/189 loss 0.4321 1850 samples/s``."""
+    done = round(BAR_WIDTH * step / max(total_steps, 1))
+    shown_loss = "" if loss != loss else f" loss {loss:.4f}"  # NaN before the first logged loss
+    return (f"epoch {epoch} [{'#' * done}{'.' * (BAR_WIDTH - done)}] {step}/{total_steps}{shown_loss} "
+            f"{samples_per_second:.0f} samples/s")
 
 
 def record_rank(run_dir: str | None, rank: int, status: str, error: BaseException | None = None, *,
@@ -84,7 +121,8 @@ def record_rank(run_dir: str | None, rank: int, status: str, error: BaseExceptio
     report of which rank failed first; a rank killed from outside stays "running" with a dead pid."""
     if run_dir is None:
         return
-    note = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "status": status, "time": time.time()}
+    note = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "status": status, "time": time.time(),
+            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     if error is not None:
         reason = f"{type(error).__name__}: {error}".splitlines()[0][:500]
     if reason:

@@ -7,6 +7,7 @@ and AdamW's usual weight decay, as in the other two loops, so the three are comp
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +52,29 @@ def _trainer_class():  # type: ignore[no-untyped-def]
     return NllTrainer
 
 
-def _progress_callback(reporter: Reporter, total_steps: int):  # type: ignore[no-untyped-def]
+def _progress_callback(reporter: Reporter, total_steps: int, samples_per_step: int):  # type: ignore[no-untyped-def]
     from transformers import TrainerCallback
 
     class Progress(TrainerCallback):
-        """Print and record the Trainer's logs in the same form as the other entrypoints."""
+        """Print and record the Trainer's logs in the same form as the other entrypoints; the progress bar."""
+
+        first_step_at: float | None = None
+        began, first_step = 0.0, 0
+
+        def on_train_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.began, self.first_step = time.perf_counter(), state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.first_step_at = self.first_step_at or time.time()
+            rate = (state.global_step - self.first_step) * samples_per_step / max(time.perf_counter() - self.began, 1e-9)
+            reporter.tick(int(np.ceil(state.epoch or 0)), state.global_step, total_steps, rate)
 
         def on_log(self, args, state, control, logs=None, **kwargs):  # type: ignore[no-untyped-def]
             logs, epoch = logs or {}, int(np.ceil(state.epoch or 0))
             if "loss" in logs:
                 reporter.say(f"epoch {epoch} step {state.global_step}/{total_steps} loss {logs['loss']:.4f}")
                 reporter.record(kind="train", epoch=epoch, step=state.global_step, loss=logs["loss"])
+                reporter.last_loss = logs["loss"]
             if "eval_loss" in logs:
                 reporter.say(f"epoch {epoch} done: eval loss {logs['eval_loss']:.4f}, eval accuracy "
                              f"{logs.get('eval_accuracy', float('nan')):.2%}")
@@ -131,9 +144,9 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     steps_per_epoch = int(np.ceil(len(data.train) / (args.batch_size * world_size)))
     total_steps = args.max_steps or args.epochs * steps_per_epoch
     saves = _checkpoint_callback(args, world_size)
+    progress = _progress_callback(reporter, total_steps, args.batch_size * world_size)
     trainer = _trainer_class()(model=Net(), args=training_args, train_dataset=data.train, eval_dataset=data.test,
-                               data_collator=collate, compute_metrics=accuracy,
-                               callbacks=[_progress_callback(reporter, total_steps), saves])
+                               data_collator=collate, compute_metrics=accuracy, callbacks=[progress, saves])
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # our Progress callback prints instead
@@ -153,7 +166,8 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
             "samples_per_second": outcome.metrics["train_samples_per_second"], "dataset": data.description,
             "device": training_args.device.type, "parallel_mode": training_args.parallel_mode.value,
             "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
-            "resumed_from_step": record["step"] if record else 0, "param_digests": digests}
+            "resumed_from_step": record["step"] if record else 0, "first_step_at": progress.first_step_at,
+            "param_digests": digests}
 
 
 def _last_epoch_loss(history: list[dict[str, float]]) -> float:

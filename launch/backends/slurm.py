@@ -141,19 +141,49 @@ def job_state(job_id: str) -> JobState:
 def follow(run_dir: Path, job_id: str) -> JobState:
     """Report the job's state changes and stream rank 0's log until the job ends; record how it ended."""
     log = runs.rank_log_path(run_dir, 0)
-    position, last = 0, ""
+    position, last, waiting = 0, "", WaitingLine(live=sys.stdout.isatty())
     while True:
         current = job_state(job_id)
+        if current.state != "PENDING":
+            waiting.clear()
         position = runs.copy_new_output(log, position)  # after the state: a job seen finished has written its log
         shown = f"{current.state} on {current.nodes}" if current.state == "RUNNING" else current.state
+        reason = current.reason if current.state == "PENDING" and current.reason != "None" else ""
         if shown != last:
-            reason = f" ({current.reason})" if current.state == "PENDING" and current.reason != "None" else ""
-            print(f"job {job_id}: {shown.lower()}{reason}", flush=True)
+            waiting.clear()
+            print(f"job {job_id}: {shown.lower()}" + (f" ({reason})" if reason else ""), flush=True)
             last = shown
+        if current.state == "PENDING":
+            waiting.show(reason)
         if current.finished:
             _record(run_dir, job_id, current)
             return current
         time.sleep(POLL_S)
+
+
+class WaitingLine:
+    """While a job is queued, on a terminal: one line, redrawn in place, saying how long it has waited."""
+
+    def __init__(self, *, live: bool) -> None:
+        self.live = live
+        self.since: float | None = None
+
+    def show(self, reason: str) -> None:
+        self.since = self.since or time.monotonic()
+        if self.live:
+            sys.stdout.write("\r\x1b[K" + waiting_text(time.monotonic() - self.since, reason))
+            sys.stdout.flush()
+
+    def clear(self) -> None:
+        if self.live and self.since is not None:
+            sys.stdout.write("\r\x1b[K")
+            sys.stdout.flush()
+        self.since = None
+
+
+def waiting_text(waited_s: float, reason: str) -> str:
+    minutes, seconds = divmod(int(waited_s), 60)
+    return f"  waiting in the queue for {minutes}:{seconds:02d}" + (f" ({reason})" if reason else "")
 
 
 def _record(run_dir: Path, job_id: str, state: JobState) -> None:
