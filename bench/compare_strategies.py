@@ -18,15 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import ROOT, default_profile, launch_submit
+
 COLUMNS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_second", "wall_seconds")
-
-
-def run_strategy(strategy: str, profile: str, train_args: list[str], run_dir: Path) -> dict[str, object]:
-    subprocess.run([sys.executable, "-m", "launch", "submit", "--profile", profile, "--strategy", strategy,
-                    "--run-dir", str(run_dir), "--", *train_args], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
-    return json.loads((run_dir / "result.json").read_text())
 
 
 def run_single(train_args: list[str], batch_size: int, run_dir: Path) -> dict[str, object]:
@@ -40,15 +34,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default="../shared/data/mnist-t10k", help="relative to the project root")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--profile", default="local-cpu")
+    parser.add_argument("--profile", default=default_profile(), help="default: local-2gpu with 2 GPUs, else local-cpu")
     parser.add_argument("--batch-size", type=int, default=64, help="per process")
     options = parser.parse_args()
     common = ["--dataset", "mnist", "--data-dir", options.data_dir, "--epochs", str(options.epochs), "--seed", "0"]
     rows: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as scratch:
         for strategy in ("ddp", "accelerate", "trainer"):
-            rows[strategy] = run_strategy(strategy, options.profile,
-                                          [*common, "--batch-size", str(options.batch_size)], Path(scratch) / strategy)
+            _, rows[strategy] = launch_submit(options.profile, strategy, Path(scratch) / strategy,
+                                              [*common, "--batch-size", str(options.batch_size)])
         world = int(rows["ddp"]["world_size"])  # type: ignore[call-overload]
         # One process with the same global batch takes the same number of optimizer steps.
         rows["single process"] = run_single(common, options.batch_size * world, Path(scratch) / "single")

@@ -46,6 +46,7 @@ def run_on_terminal(argv: list[str], env: dict[str, str] | None = None, timeout:
 @pytest.mark.parametrize("strategy", ["ddp", "trainer"])
 def test_progress_bar_on_a_terminal_and_none_in_logs_or_pipes(tmp_path: Path, strategy: str) -> None:
     run_dir = tmp_path / "tty"
+    started = time.time()
     status, shown = run_on_terminal([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu",
                                      "--strategy", strategy, "--run-dir", str(run_dir), "--", "--max-steps", "40",
                                      "--log-every", "10"])
@@ -53,6 +54,9 @@ def test_progress_bar_on_a_terminal_and_none_in_logs_or_pipes(tmp_path: Path, st
     assert f"{CLEAR_LINE}epoch 1 [" in shown and "] 40/40 loss " in shown and " samples/s" in shown
     assert "result: eval_accuracy" in shown  # the bar is cleared before the summary
     assert "\x1b" not in (run_dir / "logs" / "rank-0.log").read_text()  # the log keeps plain lines
+    # What the benchmarks read: when the first optimizer step happened, and each rank's peak memory.
+    assert started < json.loads((run_dir / "result.json").read_text())["first_step_at"] < time.time()
+    assert all(json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text())["max_rss_mb"] > 50 for rank in (0, 1))
     piped = run_cli("submit", "--profile", "local-cpu", "--strategy", strategy, "--run-dir", str(tmp_path / "pipe"),
                     "--", "--max-steps", "20", "--log-every", "10")
     assert piped.returncode == 0 and "\x1b" not in piped.stdout + piped.stderr
