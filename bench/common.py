@@ -54,12 +54,14 @@ def _cell(value: object) -> str:
 
 
 def write_json(script: str, data: dict) -> Path:  # type: ignore[type-arg]
-    """``bench/<script>.json`` beside the script, with when and where it was measured."""
+    """``bench/<script>.json`` beside the script (or $LAUNCH_BENCH_OUT/<script>.json), with when and where it was
+    measured."""
     import platform
 
     import torch
 
-    out = Path(script).with_suffix(".json")
+    folder = os.environ.get("LAUNCH_BENCH_OUT")
+    out = Path(folder, Path(script).stem + ".json") if folder else Path(script).with_suffix(".json")
     context = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "python": platform.python_version(),
                "torch": torch.__version__}
     out.write_text(json.dumps({"context": context, **data}, indent=2, sort_keys=True) + "\n")

@@ -147,3 +147,14 @@ def test_a_queued_job_shows_how_long_it_waits_on_a_terminal(slurm_cluster, tmp_p
     assert status == 0, shown[-3000:]
     assert ": pending" in shown and f"{CLEAR_LINE}  waiting in the queue for 0:" in shown
     assert "running on n[1-2]" in shown
+
+
+def test_the_cli_latency_benchmark_runs_and_records_its_figures(tmp_path: Path) -> None:
+    """One round of bench/cli_latency.py (figures go to a scratch folder, not over bench/'s own)."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "cli_latency.py"), "--rounds", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "LAUNCH_BENCH_OUT": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| launch render (slurm-2x4, ddp) |" in done.stdout and "| torchrun --help |" in done.stdout
+    figures = json.loads((tmp_path / "cli_latency.json").read_text())
+    assert set(figures["median_seconds"]) >= {"launch profiles", 'python -c "import torch"'}
