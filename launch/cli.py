@@ -9,7 +9,8 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from collections.abc import Callable
+from typing import BinaryIO, NoReturn
 
 import yaml
 
@@ -234,7 +235,8 @@ def _submit_local(plan: LaunchPlan, *, detach: bool) -> int:
         raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
     if outcome.exit_code != 0:
         message = _failure_message(run_dir, outcome.exit_code) if plan.host_run_dir is None else \
-            f"the job failed on the TPU hosts (gcloud's exit status {outcome.exit_code}); rank logs: {logs}"
+            f"the job failed on the TPU hosts (gcloud's exit status {outcome.exit_code}; after a dropped connection " \
+            f"they may still run: python -m launch cancel {run_dir}); rank logs: {logs}"
         raise WorkerFailure(message, exit_status=outcome.exit_code)
     print(_result_summary(run_dir))
     return 0
@@ -273,15 +275,26 @@ def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
         print(text, end="")
         return 0
     output = Path(args.output)
-    if output.exists():
-        raise LaunchError(f"--output {output}: already exists; launch does not overwrite it",
-                          "remove it first or choose another path")
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise LaunchError(f"--output {output}: cannot write ({error.strerror})") from None
+    _write_new(output, lambda sink: sink.write(text.encode()))
     print(f"wrote {output}")
     return 0
+
+
+def _write_new(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """A file made here, never over one that exists (created exclusively: no race with another writer); a
+    write that fails leaves nothing behind."""
+    try:
+        with open(path, "xb") as sink:
+            try:
+                write(sink)
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
+    except FileExistsError:
+        raise LaunchError(f"--output {path}: already exists; launch does not overwrite it",
+                          "remove it first or choose another path") from None
+    except OSError as error:
+        raise LaunchError(f"--output {path}: cannot write ({error.strerror})") from None
 
 
 def _run_dir(given: str) -> Path:
@@ -344,16 +357,10 @@ def _report(args: argparse.Namespace, _: list[str]) -> int:
     from launch import report
 
     output = Path(args.output)
-    if output.exists():
-        raise LaunchError(f"--output {output}: already exists; launch does not overwrite it",
-                          "remove it first or choose another path")
     if output.suffix.lower() != ".png":
         raise LaunchError(f"--output {output}: must end in .png")
     curves = [report.read_run(_folder_with_metrics(given)) for given in args.runs]
-    try:
-        report.plot(curves, output)
-    except OSError as error:
-        raise LaunchError(f"--output {output}: cannot write ({error.strerror})") from None
+    _write_new(output, lambda sink: report.plot(curves, sink))
     print(report.summary_table(curves))
     print(f"wrote {output}")
     return 0

@@ -85,26 +85,27 @@ def _interfaces() -> dict[str, tuple[str, ...]]:
 
 
 def missing_for(profile: Profile, machine: Machine) -> list[str]:
-    """What ``submit`` of ``profile`` from this machine would lack; empty when nothing."""
+    """What ``submit`` of ``profile`` from this machine would lack; empty when nothing. The backends' own
+    checks (``preflight``) answer where they exist, so doctor and submit never disagree."""
+    from launch.backends import local, tpu
+    from launch.errors import SubmitError
+
     needs: list[str] = []
     remote_tpu = profile.tpu is not None and profile.tpu.via_gcloud
     if not remote_tpu:
         needs += [f"{name} (pip install -e .)" for name in ("torch", "accelerate", "transformers")
                   if machine.packages[name] is None]
-    if profile.kind == "local" and profile.device == "cuda" and len(machine.cuda_devices) < profile.procs_per_node:
-        needs.append(f"{profile.procs_per_node} CUDA devices (found {len(machine.cuda_devices)})")
     if profile.kind == "slurm":
         needs += [f"{name} on PATH (a SLURM login node)" for name in SLURM_COMMANDS if machine.commands[name] is None]
         if machine.slurm_version and machine.slurm_version.startswith(NOT_CONFIGURED):
             needs.append(f"a configured SLURM ({machine.slurm_version.removeprefix(NOT_CONFIGURED + ': ')})")
         if machine.packages["submitit"] is None:
             needs.append("submitit (for --launcher submitit)")
-    if profile.network_interface and profile.kind == "local" and profile.network_interface not in machine.interfaces:
-        needs.append(f"network interface {profile.network_interface}")
-    if remote_tpu and machine.commands["gcloud"] is None:
-        needs.append("gcloud on PATH (the Google Cloud CLI, logged in)")
-    if profile.kind == "tpu" and not remote_tpu and machine.packages["torch_xla"] is None:
-        needs.append("torch_xla (pip install -e '.[tpu]'; run it on the TPU VM)")
+        return needs
+    try:
+        tpu.preflight() if remote_tpu else local.preflight(profile)
+    except SubmitError as error:
+        needs.append(str(error).removeprefix(f"{profile.source}: "))
     return needs
 
 
@@ -122,10 +123,10 @@ def report() -> str:
         lines.append(f"  slurm         {machine.slurm_version}")
     lines += [f"  interface     {name} {' '.join(addresses) or '(no IPv4 address)'}"
               for name, addresses in sorted(machine.interfaces.items())]
-    lines += ["", "bundled profiles (what `submit` from here would need)"]
+    lines += ["", "bundled profiles (ready to `submit` from here, or what is missing)"]
     names = bundled_profile_names()
     width = max(map(len, names), default=0)
     for name in names:
         needs = missing_for(load_profile(name), machine)
-        lines.append(f"  {name:<{width}}  " + ("ready" if not needs else "needs " + "; ".join(needs)))
+        lines.append(f"  {name:<{width}}  " + ("ready" if not needs else "not ready: " + "; ".join(needs)))
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from launch.shell import Arg, EnvRef
 from launch.strategies import NodeContext, get_strategy
 from launch.submitit_job import SubmititJob, submitit_job
 from train.args import TrainArgs
-from train.layout import RESULT
+from train.layout import METRICS, RESULT
 from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
 
 
@@ -52,7 +52,7 @@ class LaunchPlan:
     submitit: SubmititJob | None = None  # SLURM through submitit: one task per process, no node commands
     host_run_dir: str | None = None  # TPU hosts reached through gcloud: the run folder there (under tpu.workdir)
     host_files: tuple[PlanFile, ...] = ()  # ... and the files written there, by the command itself
-    after_argv: tuple[str, ...] = ()  # run here once the job succeeded (TPU hosts: fetch host 0's result.json)
+    after_argv: tuple[str, ...] = ()  # run here once the job succeeded (TPU hosts: fetch host 0's result, metrics)
 
     @property
     def world_size(self) -> int:
@@ -82,7 +82,7 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     tpu_hosts = profile.tpu if profile.tpu is not None and profile.tpu.via_gcloud else None
     if tpu_hosts is not None:  # every host runs the same command, in its own project folder and run folder
         python, workdir = tpu_hosts.python, tpu_hosts.workdir
-    job_dir = run_dir if tpu_hosts is None else f"{tpu.HOST_RUNS}/{PurePath(run_dir).name}"
+    job_dir = run_dir if tpu_hosts is None else tpu.host_run_dir(run_dir)
     args = replace(train_args, run_dir=job_dir, device=profile.device, dist_backend=profile.dist_backend,
                    profile_name=profile.name, resume=True, rendezvous_timeout=profile.rendezvous.timeout_s)
     env = worker_env(profile, chosen.extra_env(profile))
@@ -97,7 +97,7 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     if tpu_hosts is not None:
         command = tpu.host_command(workdir=workdir, files=[(file.path, file.text) for file in files], env=env,
                                    argv=[str(arg) for arg in nodes[0].argv])
-        fetch = tpu.fetch_result(tpu_hosts, f"{workdir}/{job_dir}/{RESULT}", str(PurePath(run_dir, RESULT)))
+        fetch = tpu.fetch_files(tpu_hosts, f"{workdir}/{job_dir}", (RESULT, METRICS), run_dir)
         return replace(plan, files=(), host_files=files, host_run_dir=job_dir,
                        submit_argv=tpu.gcloud_ssh(tpu_hosts, command), after_argv=fetch)
     if profile.kind == "slurm" and launcher == "submitit":

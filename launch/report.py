@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from launch import runs
 from launch.errors import LaunchError
@@ -82,7 +83,7 @@ def _cell(value: object, form: str = "{}") -> str:
     return "-" if value is None else form.format(value)
 
 
-def plot(curves: list[RunCurves], output: Path) -> None:
+def plot(curves: list[RunCurves], output: BinaryIO) -> None:
     """Loss (training, and evaluation as markers) and evaluation accuracy against the step, one colour a run."""
     import matplotlib
 
@@ -105,5 +106,5 @@ def plot(curves: list[RunCurves], output: Path) -> None:
         if axes.has_data():
             axes.legend(fontsize="small")
     figure.tight_layout()
-    figure.savefig(output, dpi=110)
+    figure.savefig(output, format="png", dpi=110)
     pyplot.close(figure)

@@ -7,27 +7,38 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 import shlex
 from collections.abc import Iterable
+from pathlib import PurePosixPath
 
 from launch.profile import TpuSection
 
 HOST_RUNS = "runs"  # host run folders live under the project folder on each host, named as the local one
 
 
+def host_run_dir(run_dir: str) -> str:
+    """The run folder on the hosts: named as the one here, plus a digest of its full path, so that two local
+    folders of the same name never share one on the hosts (nor their checkpoints); the same folder, resubmitted,
+    gets the same one back."""
+    digest = hashlib.sha256(run_dir.encode()).hexdigest()[:8]
+    return f"{HOST_RUNS}/{PurePosixPath(run_dir).name or 'run'}-{digest}"
+
+
 def gcloud_ssh(tpu: TpuSection, command: str) -> tuple[str, ...]:
-    """``command`` run by the login shell of every host of the TPU."""
+    """``command`` run on every host of the TPU by the ssh user's shell (``$SHELL -c``: neither a login nor an
+    interactive shell, so ~/.profile is not read)."""
     argv = ["gcloud", "compute", "tpus", "tpu-vm", "ssh", tpu.name, "--zone", tpu.zone]
     if tpu.project:
         argv += ["--project", tpu.project]
     return (*argv, "--worker=all", "--command", command)
 
 
-def fetch_result(tpu: TpuSection, remote_path: str, local_path: str) -> tuple[str, ...]:
-    """Host 0's copy of a file (the run's result.json) fetched to ``local_path``."""
-    argv = ["gcloud", "compute", "tpus", "tpu-vm", "scp", f"{tpu.name}:{remote_path}", local_path, "--worker=0",
-            "--zone", tpu.zone]
+def fetch_files(tpu: TpuSection, remote_folder: str, names: Iterable[str], local_folder: str) -> tuple[str, ...]:
+    """Host 0's copies of a run's files (its result and metrics) fetched into ``local_folder``."""
+    argv = ["gcloud", "compute", "tpus", "tpu-vm", "scp", *(f"{tpu.name}:{remote_folder}/{name}" for name in names),
+            local_folder, "--worker=0", "--zone", tpu.zone]
     return (*argv, "--project", tpu.project) if tpu.project else tuple(argv)
 
 
@@ -40,7 +51,11 @@ def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterabl
         folder = path.rsplit("/", 1)[0] if "/" in path else "."
         encoded = base64.b64encode(text.encode()).decode()
         steps.append(shlex.join(["mkdir", "-p", folder]))
-        steps.append(f"{{ test -e {shlex.quote(path)} || echo {encoded} | base64 -d > {shlex.quote(path)}; }}")
+        # into a host-specific temporary name, then moved into place unless there: hosts sharing the folder
+        # never write the same file at once
+        staged = shlex.quote(path) + '.$(hostname).$$'
+        steps.append(f"{{ test -e {shlex.quote(path)} || {{ echo {encoded} | base64 -d > {staged} && "
+                     f"mv -n {staged} {shlex.quote(path)}; rm -f {staged}; }}; }}")
     steps.append(shlex.join(["exec", "env", *(f"{name}={value}" for name, value in env), *argv]))
     return " && ".join(steps)
 

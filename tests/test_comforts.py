@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,10 @@ from tests.conftest import ROOT, run_cli
 CLEAR_LINE = "\r\x1b[K"
 
 
-def run_on_terminal(argv: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> tuple[int, str]:
-    """``argv`` with a pseudo-terminal as its stdout and stderr, as a user at a terminal runs it."""
+def run_on_terminal(argv: list[str], env: dict[str, str] | None = None, timeout: float = 300,
+                    watch: Callable[[str], None] = lambda shown: None) -> tuple[int, str]:
+    """``argv`` with a pseudo-terminal as its stdout and stderr, as a user at a terminal runs it; ``watch`` sees
+    the output so far after every read."""
     main_fd, worker_fd = pty.openpty()
     process = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=worker_fd, stderr=worker_fd,
                                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
@@ -36,6 +39,7 @@ def run_on_terminal(argv: list[str], env: dict[str, str] | None = None, timeout:
             if not chunk:
                 break
             output += chunk
+            watch(output.decode(errors="replace"))
         elif process.poll() is not None:
             break
     os.close(main_fd)
@@ -52,7 +56,8 @@ def test_progress_bar_on_a_terminal_and_none_in_logs_or_pipes(tmp_path: Path, st
                                      "--log-every", "10"])
     assert status == 0, shown[-3000:]
     assert f"{CLEAR_LINE}epoch 1 [" in shown and "] 40/40 loss " in shown and " samples/s" in shown
-    assert "result: eval_accuracy" in shown  # the bar is cleared before the summary
+    after_last_bar = shown[shown.rindex("epoch 1 ["):]
+    assert CLEAR_LINE in after_last_bar.split("result: eval_accuracy")[0]  # the bar is cleared before the summary
     assert "\x1b" not in (run_dir / "logs" / "rank-0.log").read_text()  # the log keeps plain lines
     # What the benchmarks read: when the first optimizer step happened, and each rank's peak memory.
     assert started < json.loads((run_dir / "result.json").read_text())["first_step_at"] < time.time()
@@ -122,9 +127,9 @@ def test_doctor_reports_this_machine_and_what_each_profile_needs() -> None:
     assert lines["local-cpu"].endswith("ready")
     cuda = torch.cuda.device_count()
     assert lines["local-2gpu"].endswith("ready") if cuda >= 2 else \
-        f"needs 2 CUDA devices (found {cuda})" in lines["local-2gpu"]
+        f"needs 2 CUDA devices, this machine has {cuda}" in lines["local-2gpu"]  # submit's own check, its words
     has_xla = importlib.util.find_spec("torch_xla") is not None
-    assert ("needs torch_xla" in lines["tpu-v4-8"]) != has_xla
+    assert ("device xla needs torch_xla" in lines["tpu-v4-8"]) != has_xla
 
 
 def test_waiting_text() -> None:
@@ -136,14 +141,27 @@ def test_waiting_text() -> None:
 
 @pytest.mark.e2e
 def test_a_queued_job_shows_how_long_it_waits_on_a_terminal(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """A job that must wait for another one (the test cluster's four CPUs are taken) shows a waiting line."""
+    """A job that must wait for another one (which holds both test nodes until the waiting line has been seen)
+    shows a waiting line, redrawn in place."""
+    release = tmp_path / "release"
+    env = {**os.environ, **slurm_cluster}
     blocker = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--exclusive", f"--output={tmp_path}/b.out",
-                              "--wrap", "sleep 12"], capture_output=True, text=True, env={**os.environ, **slurm_cluster},
-                             timeout=60)
+                              "--wrap", f"timeout 240 bash -c 'until [ -e {release} ]; do sleep 0.5; done'"],
+                             capture_output=True, text=True, env=env, timeout=60)
     assert blocker.returncode == 0, blocker.stderr
-    status, shown = run_on_terminal([sys.executable, "-m", "launch", "submit", "--profile", "slurm-local-2x2",
-                                     "--strategy", "ddp", "--run-dir", str(tmp_path / "run"), "--", "--max-steps",
-                                     "4"], env=slurm_cluster)
+    job = blocker.stdout.strip().split(";")[0]
+
+    def release_once_waiting(shown: str) -> None:
+        if "waiting in the queue for" in shown:
+            release.touch()
+
+    try:
+        status, shown = run_on_terminal([sys.executable, "-m", "launch", "submit", "--profile", "slurm-local-2x2",
+                                         "--strategy", "ddp", "--run-dir", str(tmp_path / "run"), "--",
+                                         "--max-steps", "4"], env=slurm_cluster, watch=release_once_waiting)
+    finally:
+        release.touch()
+        subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)
     assert status == 0, shown[-3000:]
     assert ": pending" in shown and f"{CLEAR_LINE}  waiting in the queue for 0:" in shown
     assert "running on n[1-2]" in shown

@@ -246,3 +246,38 @@ def test_a_rank_that_prints_or_raises_a_secret_leaves_it_nowhere(tmp_path: Path)
     assert "rejected ****" in record and "token is ****" in done.stdout and "rejected ****" in done.stderr
     for value in SECRETS.values():
         assert value not in log + record + done.stdout + done.stderr
+
+
+def _resume_in_rank(rank: int, store_file: str, folders: list[str], errors: "object") -> None:
+    import torch.distributed as dist
+
+    from train import checkpoint
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_file, 2), rank=rank, world_size=2)
+    try:
+        checkpoint.resumable(folders[rank], resume=True, strategy="ddp", world_size=2)
+        errors.put((rank, ""))  # type: ignore[attr-defined]
+    except checkpoint.CheckpointError as error:
+        errors.put((rank, str(error)))  # type: ignore[attr-defined]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_see_different_checkpoints_fail_together_instead_of_hanging(tmp_path: Path) -> None:
+    """Hosts that do not share the run folder: rank 0 sees a checkpoint, rank 1 none. Both stop, saying why."""
+    import torch.multiprocessing as mp
+
+    from train import checkpoint
+    from train.checkpoint import Position
+
+    shared_not, elsewhere = tmp_path / "host0", tmp_path / "host1"
+    staged = checkpoint.stage(shared_not, 5)
+    checkpoint.publish(shared_not, staged, Position(step=5, epoch=1, batches_in_epoch=5), strategy="ddp",
+                       world_size=2)
+    elsewhere.mkdir()
+    context = mp.get_context("spawn")
+    errors = context.Queue()
+    mp.start_processes(_resume_in_rank, args=(str(tmp_path / "store"), [str(shared_not), str(elsewhere)], errors),
+                       nprocs=2, start_method="spawn", join=True)
+    seen = dict(errors.get(timeout=30) for _ in range(2))
+    assert all("the ranks see different checkpoints (rank 0: step 5, rank 1: none)" in seen[rank] for rank in (0, 1))

@@ -21,6 +21,7 @@ import pytest
 from launch.plan import build_plan
 from launch.profile_loader import BUNDLED_DIR, load_profile
 from launch.render import render_text
+from launch.tpu import host_run_dir
 from tests.conftest import ROOT, run_cli
 from train.args import TrainArgs
 
@@ -30,7 +31,7 @@ WORKERS = 4
 
 GCLOUD = '''#!/usr/bin/env python3
 """STAND-IN for gcloud (Google Cloud is unreachable from the tests): records argv; `tpu-vm ssh --worker=all
---command CMD` runs CMD under bash once per host folder; `tpu-vm scp NAME:PATH LOCAL --worker=0` copies from
+--command CMD` runs CMD under bash once per host folder; `tpu-vm scp NAME:PATH... LOCAL --worker=0` copies from
 host 0's folder."""
 import json, os, shutil, subprocess, sys
 argv = sys.argv[1:]
@@ -45,7 +46,9 @@ if argv[:4] == ["compute", "tpus", "tpu-vm", "ssh"]:
                for host in hosts]
     sys.exit(max(worker.wait() for worker in workers))
 if argv[:4] == ["compute", "tpus", "tpu-vm", "scp"]:
-    shutil.copyfile(os.path.join(hosts[0], argv[4].split(":", 1)[1]), argv[5])
+    *sources, destination = [arg for arg in argv[4:argv.index("--worker=0")]]
+    for source in sources:
+        shutil.copy(os.path.join(hosts[0], source.split(":", 1)[1]), destination)
     sys.exit(0)
 sys.exit(f"stand-in gcloud: unexpected {argv}")
 '''
@@ -66,6 +69,8 @@ with open(os.path.join(run_dir, "logs", f"rank-{4 * worker}.log"), "w") as log:
 time.sleep(float(os.environ.get("HOST_SLEEP", "0")))
 with open(os.path.join(run_dir, "result.json"), "w") as result:
     json.dump({"eval_accuracy": 0.5, "steps": 7}, result)
+with open(os.path.join(run_dir, "metrics.jsonl"), "w") as metrics:
+    metrics.write(json.dumps({"kind": "eval", "step": 7, "eval_loss": 0.9, "eval_accuracy": 0.5}) + "\\n")
 '''
 
 
@@ -102,7 +107,10 @@ def test_pod_plan_is_one_gcloud_command_for_every_host() -> None:
     assert plan.submit_argv[:12] == ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone",
                                      "us-central2-b", "--project", "my-gcp-project", "--worker=all", "--command")
     assert plan.nodes[0].argv[:4] == ("python3", "-m", "train.xla", "train.trainer")
-    assert plan.train_args.run_dir == "runs/r1" and plan.nodes[0].cwd == "launch"
+    assert plan.train_args.run_dir == host_run_dir("/work/runs/r1") and plan.nodes[0].cwd == "launch"
+    # Two local folders of one name never share a folder (and its checkpoints) on the hosts; one folder keeps its own.
+    assert host_run_dir("/a/exp") != host_run_dir("/b/exp") and host_run_dir("/a/exp") == host_run_dir("/a/exp")
+    assert host_run_dir("/a/exp").startswith("runs/exp-")
 
 
 @pytest.fixture
@@ -146,8 +154,12 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
     assert ["gcloud", *ssh] == shlex.split(submitted.removeprefix("submitted with: "))  # render shows what runs
     assert ssh[:11] == ["compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone", "us-central2-b",
                         "--project", "my-gcp-project", "--worker=all", "--command"]
-    assert scp[:6] == ["compute", "tpus", "tpu-vm", "scp", "my-tpu-v4-32:project/runs/pod-run/result.json",
-                       str(run_dir / "result.json")]
+    on_hosts = host_run_dir(str(run_dir))
+    assert on_hosts.startswith("runs/pod-run-")
+    assert scp[:8] == ["compute", "tpus", "tpu-vm", "scp", f"my-tpu-v4-32:project/{on_hosts}/result.json",
+                       f"my-tpu-v4-32:project/{on_hosts}/metrics.jsonl", str(run_dir), "--worker=0"]
+    reported = run_cli("report", str(run_dir), "--output", str(tmp_path / "pod.png"), cwd=tmp_path, env=env)
+    assert reported.returncode == 0 and "50.00%" in reported.stdout, reported.stderr  # the fetched metrics
 
     plan = build_plan(load_profile(str(profile)), strategy, TrainArgs(epochs=1), run_dir=str(run_dir),
                       python="unused", workdir="unused")
@@ -164,7 +176,8 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
     if strategy == "accelerate":
         from accelerate.commands.config.config_args import load_config_from_file
 
-        written = tmp_path / "hosts" / "worker-3" / "project" / "runs" / "pod-run" / "accelerate_config.yaml"
+        written = tmp_path / "hosts" / "worker-3" / "project" / on_hosts / "accelerate_config.yaml"
+        assert not list(written.parent.glob("accelerate_config.yaml.*")), "no staged copy left behind"
         assert written.read_text() == plan.host_files[0].text
         loaded = load_config_from_file(str(written))
         assert (loaded.distributed_type.value, loaded.tpu_name, loaded.tpu_use_cluster) == ("XLA", "my-tpu-v4-32",

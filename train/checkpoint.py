@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from train import stop
+from train.dist_env import all_gather_objects
 from train.reporting import Progress, Reporter
 from train.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint, write_json_atomic
 
@@ -119,12 +120,32 @@ def _prune(folder: Path, *, keep: Path) -> None:
 
 
 def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_size: int) -> dict[str, Any] | None:
-    """The checkpoint record to continue from, or None to start afresh.
+    """The checkpoint record to continue from, or None to start afresh: the same answer on every rank.
 
     A run folder holding a checkpoint is never trained over from the start without ``--resume``, and a
     checkpoint is only resumed by the strategy and world size that wrote it (its sampler positions and
-    per-rank states would not fit another).
+    per-rank states would not fit another). Every rank must see the same checkpoint: ranks on hosts that do
+    not share the run folder would otherwise continue from different steps and hang in their collectives.
     """
+    try:
+        record, problem = _local_record(run_dir, resume=resume, strategy=strategy, world_size=world_size), ""
+    except CheckpointError as error:
+        record, problem = None, str(error)
+    seen = all_gather_objects((record["step"] if record else None, problem))  # every rank, before any raises
+    for _, other_problem in seen:
+        if other_problem:
+            raise CheckpointError(other_problem)
+    steps = [step for step, _ in seen]
+    if len(set(steps)) > 1:
+        described = ", ".join(f"rank {rank}: {'none' if step is None else f'step {step}'}"
+                              for rank, step in enumerate(steps))
+        raise CheckpointError(f"{Path(run_dir or '.') / CHECKPOINTS}: the ranks see different checkpoints "
+                              f"({described}); the run folder must be one folder that every host shares")
+    return record
+
+
+def _local_record(run_dir: str | Path | None, *, resume: bool, strategy: str,
+                  world_size: int) -> dict[str, Any] | None:
     if run_dir is None:
         return None
     record = latest_checkpoint(run_dir)

@@ -66,6 +66,10 @@ def evaluate(model: torch.nn.Module, data: Datasets, args: TrainArgs, env: DistE
             output = model(images)
             totals += torch.stack([F.nll_loss(output, labels, reduction="sum"),
                                    (output.argmax(dim=1) == labels).sum()]).double()
+            if device.type == "xla":  # one graph per batch, not one for the whole held-out set
+                from train import xla
+
+                xla.sync()
     loss_sum, correct, count = _all_sum([*totals.tolist(), float(len(shard))], env, device)
     return loss_sum / count, correct / count
 

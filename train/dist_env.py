@@ -177,20 +177,31 @@ class Console:
 
     def status(self, text: str) -> None:
         """Show ``text`` as the status line (empty: remove it); a no-op when this is not a terminal."""
-        if not self.live:
-            return
         with self._lock:
-            self._status = text.encode()
-            self._write(b"\r\x1b[K" + self._status)
+            if self.live:
+                self._status = text.encode()
+                self._write(b"\r\x1b[K" + self._status)
 
     def close(self) -> None:
-        self.status("")
-        os.close(self.fd)
+        with self._lock:
+            if self.fd < 0:
+                return
+            if self._status:
+                self._write(b"\r\x1b[K")
+            os.close(self.fd)
+            self.fd, self.live, self._status = -1, False, b""
 
     def _write(self, data: bytes) -> None:
+        """Everything, or nothing more once the console is gone (a closed terminal, a dropped ssh session, a
+        reader that stopped): the rank log goes on, and the process never blocks on its output."""
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
+        try:
+            while view and self.fd >= 0:
+                view = view[os.write(self.fd, view):]
+        except OSError:
+            self.live, self._status = False, b""
+            os.close(self.fd)
+            self.fd = -1
 
 
 @contextmanager

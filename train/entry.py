@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from train.args import TrainArgs, parse_train_args
 from train.dist_env import Console, DistEnv, rank_output
 from train.layout import rank_log_path
+from train.lifetime import die_with_parent
 from train.masking import scrub
 from train import stop
 from train.reporting import Reporter, record_rank
@@ -47,6 +48,7 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     env = DistEnv.for_device(args.device)
     if args.device == "xla":  # Accelerate and Transformers read it on XLA devices other than TPUs (else -1: silent)
         os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
+        die_with_parent()  # a spawned XLA worker ends with its launcher (`cancel`, pkill on a pod's hosts)
     else:  # where torch_xla is installed (a TPU VM), they would take XLA even for cpu=True and fail
         os.environ.setdefault("USE_TORCH_XLA", "0")
     secrets = env.secret_values()

@@ -33,6 +33,10 @@ def is_active(state: dict[str, object]) -> bool:
 def cancel(run_dir: Path) -> bool:
     """Stop the run's job; False when it is not running."""
     state = status(run_dir)
+    if state.get("backend") == "tpu":  # the hosts may run on after gcloud here has ended
+        from launch.backends import tpu
+
+        return tpu.cancel(run_dir, state)
     if not is_active(state):
         return False
     if state.get("backend") == "slurm":
@@ -40,10 +44,6 @@ def cancel(run_dir: Path) -> bool:
 
         slurm.cancel(str(state["job_id"]))
         return True
-    if state.get("backend") == "tpu":
-        from launch.backends import tpu
-
-        return tpu.cancel(run_dir, state)
     from launch.backends import local
 
     return local.cancel(run_dir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import os
@@ -19,8 +18,10 @@ from launch.errors import SubmitError
 from launch.plan import LaunchPlan, NodeCommand
 from launch.profile import Profile
 from train import xla
+from train.lifetime import die_with_parent
 
 STOP_GRACE_S = 20.0
+THEN_TIMEOUT_S = 600
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # cancel, and a closed terminal or ssh session
 
 
@@ -69,7 +70,7 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
     try:
         process = subprocess.Popen(shell.resolve(node.argv, env), cwd=node.cwd, env=env,
-                                   start_new_session=True, preexec_fn=_die_with_parent)
+                                   start_new_session=True, preexec_fn=die_with_parent)
         _write_state(run_dir, status="running", job_pid=process.pid, job_started=process_started(process.pid),
                      **me)
         try:
@@ -80,13 +81,22 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _stop_stragglers(run_dir)
-    if then and outcome.exit_code == 0 and not outcome.cancelled:
-        afterwards = subprocess.run(list(then), cwd=node.cwd, check=False)
-        if afterwards.returncode:
-            print(f"launch: warning: {shlex.join(then)} failed with exit status {afterwards.returncode}", file=sys.stderr)
     status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
+    if then and status == "finished":
+        _run_then(then, node.cwd)
     return outcome
+
+
+def _run_then(argv: tuple[str, ...], cwd: str) -> None:
+    """A step after the job's success (fetching its result); its failure is reported, not the job's."""
+    try:
+        done = subprocess.run(list(argv), cwd=cwd, check=False, timeout=THEN_TIMEOUT_S)
+        problem = f"exit status {done.returncode}" if done.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as error:
+        problem = str(error)
+    if problem:
+        print(f"launch: warning: {shlex.join(argv)} failed ({problem})", file=sys.stderr)
 
 
 def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record: dict[str, object] | None = None,
@@ -152,13 +162,6 @@ def _single_node(plan: LaunchPlan) -> NodeCommand:
     if len(plan.nodes) != 1:
         raise SubmitError(f"the local backend runs one node, the plan has {len(plan.nodes)}")
     return plan.nodes[0]
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: on Linux, get SIGTERM when the launcher dies, so no job outlives it."""
-    if sys.platform.startswith("linux"):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
@@ -12,6 +13,7 @@ from launch.errors import SubmitError
 from launch.plan import LaunchPlan, NodeCommand
 
 BACKEND = "tpu"
+STOP_TIMEOUT_S = 300
 
 
 def preflight() -> None:
@@ -21,8 +23,13 @@ def preflight() -> None:
 
 
 def run(plan: LaunchPlan) -> local.Outcome:
-    """The job on every host, to its end; then host 0's result.json copied into the run folder here."""
-    return local.run_node(Path(plan.run_dir), _gcloud_node(plan), record=_record(plan), then=plan.after_argv)
+    """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped
+    here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
+    record = _record(plan)
+    outcome = local.run_node(Path(plan.run_dir), _gcloud_node(plan), record=record, then=plan.after_argv)
+    if outcome.cancelled:
+        stop_on_hosts(record)
+    return outcome
 
 
 def start_detached(plan: LaunchPlan) -> int:
@@ -30,16 +37,24 @@ def start_detached(plan: LaunchPlan) -> int:
 
 
 def cancel(run_dir: Path, state: dict[str, object]) -> bool:
-    """Stop gcloud here, and the run's processes on every host (an ssh session's end does not stop them)."""
-    stopped = local.cancel(run_dir)
-    stop_argv = state.get("stop_argv")
-    if isinstance(stop_argv, list):
-        done = subprocess.run([str(arg) for arg in stop_argv], capture_output=True, text=True, timeout=300)
-        if done.returncode:
-            raise SubmitError(f"stopping the run on the TPU hosts failed ({done.stderr.strip()[-300:]})",
-                              f"stop it by hand: {' '.join(map(str, stop_argv))}")
-        stopped = True
-    return stopped
+    """Stop gcloud here, and the run's processes on every host, whatever the state here says (a dropped
+    connection ends gcloud, not the run on the hosts)."""
+    local.cancel(run_dir)
+    stop_on_hosts(state)
+    return True
+
+
+def stop_on_hosts(state: dict[str, object]) -> None:
+    stop_argv = [str(arg) for arg in state.get("stop_argv") or []]  # type: ignore[union-attr]
+    if not stop_argv:
+        raise SubmitError("this run's state does not say how to reach its hosts", "see its plan.txt")
+    by_hand = f"stop it by hand: {shlex.join(stop_argv)}"
+    try:
+        done = subprocess.run(stop_argv, capture_output=True, text=True, timeout=STOP_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SubmitError(f"stopping the run on the TPU hosts failed ({error})", by_hand) from None
+    if done.returncode:
+        raise SubmitError(f"stopping the run on the TPU hosts failed ({done.stderr.strip()[-300:]})", by_hand)
 
 
 def print_rank_log(state: dict[str, object], rank: int) -> None:
