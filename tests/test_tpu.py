@@ -75,8 +75,8 @@ with open(os.path.join(run_dir, "metrics.jsonl"), "w") as metrics:
 
 
 def _tpu_plan(profile: str, strategy: str):  # type: ignore[no-untyped-def]
-    return build_plan(load_profile(profile), strategy, TrainArgs(epochs=1), run_dir="/work/runs/r1",
-                      python="/opt/venv/bin/python", workdir="/work")
+    return build_plan(load_profile(profile), strategy, TrainArgs(epochs=1), run_dir="/runs/r1",
+                      python="/opt/venv/bin/python", workdir="/project")
 
 
 @pytest.mark.parametrize("profile", ["tpu-v4-8", "tpu-v4-32"])
@@ -98,7 +98,7 @@ def test_single_tpu_vm_runs_here_one_process_per_chip_through_torch_xla() -> Non
     assert ("PJRT_DEVICE", "TPU") in node.env and plan.submit_argv == () and plan.host_run_dir is None
     accelerate, = _tpu_plan("tpu-v4-8", "accelerate").nodes
     assert accelerate.argv[1:6] == ("-m", "accelerate.commands.launch", "--config_file",
-                                    "/work/runs/r1/accelerate_config.yaml", "-m")
+                                    "/runs/r1/accelerate_config.yaml", "-m")
 
 
 def test_pod_plan_is_one_gcloud_command_for_every_host() -> None:
@@ -107,7 +107,7 @@ def test_pod_plan_is_one_gcloud_command_for_every_host() -> None:
     assert plan.submit_argv[:12] == ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone",
                                      "us-central2-b", "--project", "my-gcp-project", "--worker=all", "--command")
     assert plan.nodes[0].argv[:4] == ("python3", "-m", "train.xla", "train.trainer")
-    assert plan.train_args.run_dir == host_run_dir("/work/runs/r1") and plan.nodes[0].cwd == "launch"
+    assert plan.train_args.run_dir == host_run_dir("/runs/r1") and plan.nodes[0].cwd == "launch"
     # Two local folders of one name never share a folder (and its checkpoints) on the hosts; one folder keeps its own.
     assert host_run_dir("/a/exp") != host_run_dir("/b/exp") and host_run_dir("/a/exp") == host_run_dir("/a/exp")
     assert host_run_dir("/a/exp").startswith("runs/exp-")
