@@ -229,8 +229,7 @@ def _submit_local(plan: LaunchPlan, *, detach: bool) -> int:
         print(f"started in the background (launcher pid {launcher_pid}); follow it with: {follow}")
         return 0
     outcome = backend.run(plan)
-    logs = run_dir / runs.LOGS if plan.host_run_dir is None else \
-        f"{plan.nodes[0].cwd}/{plan.host_run_dir}/{runs.LOGS} on each TPU host"
+    logs = run_dir / runs.LOGS if plan.host_folder is None else f"{plan.host_folder}/{runs.LOGS} on each TPU host"
     if outcome.cancelled:
         raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
     if outcome.exit_code != 0:
@@ -326,8 +325,9 @@ def _logs(args: argparse.Namespace, _: list[str]) -> int:
     from launch import backends
 
     run_dir = _run_dir(args.run)
-    if (runs.read_json(run_dir / runs.STATE) or {}).get("backend") == "tpu":
-        return _tpu_logs(run_dir, args.rank, follow=args.follow)
+    state = runs.read_json(run_dir / runs.STATE) or {}
+    if state.get("backend") == "tpu":
+        return _tpu_logs(run_dir, state, args.rank, follow=args.follow)
     path = runs.rank_log_path(run_dir, args.rank)
     position = 0
     while True:
@@ -342,14 +342,14 @@ def _logs(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
-def _tpu_logs(run_dir: Path, rank: int, *, follow: bool) -> int:
+def _tpu_logs(run_dir: Path, state: dict[str, object], rank: int, *, follow: bool) -> int:
     """Rank logs of a run on TPU hosts stay there; printed from the host that has them."""
     from launch.backends import tpu
 
     if follow:
         raise LaunchError(f"logs --follow: {run_dir} runs on TPU hosts, whose logs are read through gcloud",
                           "run `logs` again, or follow the job with `submit` in the foreground")
-    tpu.print_rank_log(runs.read_json(run_dir / runs.STATE) or {}, rank)
+    tpu.print_rank_log(state, rank)
     return 0
 
 

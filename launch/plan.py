@@ -7,7 +7,7 @@ result and ``submit`` executes that same object.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 
 from launch import sbatch, tpu
 from launch.errors import LaunchError
@@ -58,6 +58,11 @@ class LaunchPlan:
     def world_size(self) -> int:
         return self.profile.world_size
 
+    @property
+    def host_folder(self) -> str | None:
+        """TPU hosts: the run folder there as ssh sees it (under tpu.workdir, from the ssh user's home)."""
+        return None if self.host_run_dir is None else str(PurePosixPath(self.nodes[0].cwd, self.host_run_dir))
+
 
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
 MAX_RESTARTS = 100
@@ -97,9 +102,9 @@ def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_di
     if tpu_hosts is not None:
         command = tpu.host_command(workdir=workdir, files=[(file.path, file.text) for file in files], env=env,
                                    argv=[str(arg) for arg in nodes[0].argv])
-        fetch = tpu.fetch_files(tpu_hosts, f"{workdir}/{job_dir}", (RESULT, METRICS), run_dir)
-        return replace(plan, files=(), host_files=files, host_run_dir=job_dir,
-                       submit_argv=tpu.gcloud_ssh(tpu_hosts, command), after_argv=fetch)
+        plan = replace(plan, files=(), host_files=files, host_run_dir=job_dir,
+                       submit_argv=tpu.gcloud_ssh(tpu_hosts, command))
+        return replace(plan, after_argv=tpu.fetch_files(tpu_hosts, str(plan.host_folder), (RESULT, METRICS), run_dir))
     if profile.kind == "slurm" and launcher == "submitit":
         return replace(plan, nodes=(), files=(), submitit=submitit_job(
             profile, job_name=f"{profile.name}-{strategy}", run_dir=run_dir, entry_module=chosen.entry_module,

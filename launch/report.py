@@ -13,8 +13,8 @@ from typing import BinaryIO
 
 from launch import runs
 from launch.errors import LaunchError
+from train.layout import METRICS
 
-METRICS = "metrics.jsonl"
 SUMMARY_COLUMNS = ("run", "strategy", "world", "steps", "eval acc", "eval loss", "samples/s", "wall s")
 
 

@@ -26,20 +26,26 @@ def host_run_dir(run_dir: str) -> str:
     return f"{HOST_RUNS}/{PurePosixPath(run_dir).name or 'run'}-{digest}"
 
 
+def _gcloud(tpu: TpuSection, verb: str, *operands: str) -> tuple[str, ...]:
+    """``gcloud compute tpus tpu-vm VERB OPERANDS`` for this TPU (its zone, and its project if given)."""
+    project = ("--project", tpu.project) if tpu.project else ()
+    return ("gcloud", "compute", "tpus", "tpu-vm", verb, *operands, "--zone", tpu.zone, *project)
+
+
+def gcloud_ssh_on_every_host(tpu: TpuSection) -> tuple[str, ...]:
+    """gcloud's ssh to every host of the TPU, its command to come (``--command CMD``)."""
+    return (*_gcloud(tpu, "ssh", tpu.name), "--worker=all", "--command")
+
+
 def gcloud_ssh(tpu: TpuSection, command: str) -> tuple[str, ...]:
     """``command`` run on every host of the TPU by the ssh user's shell (``$SHELL -c``: neither a login nor an
     interactive shell, so ~/.profile is not read)."""
-    argv = ["gcloud", "compute", "tpus", "tpu-vm", "ssh", tpu.name, "--zone", tpu.zone]
-    if tpu.project:
-        argv += ["--project", tpu.project]
-    return (*argv, "--worker=all", "--command", command)
+    return (*gcloud_ssh_on_every_host(tpu), command)
 
 
 def fetch_files(tpu: TpuSection, remote_folder: str, names: Iterable[str], local_folder: str) -> tuple[str, ...]:
     """Host 0's copies of a run's files (its result and metrics) fetched into ``local_folder``."""
-    argv = ["gcloud", "compute", "tpus", "tpu-vm", "scp", *(f"{tpu.name}:{remote_folder}/{name}" for name in names),
-            local_folder, "--worker=0", "--zone", tpu.zone]
-    return (*argv, "--project", tpu.project) if tpu.project else tuple(argv)
+    return _gcloud(tpu, "scp", *(f"{tpu.name}:{remote_folder}/{name}" for name in names), local_folder, "--worker=0")
 
 
 def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterable[tuple[str, str]],

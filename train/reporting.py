@@ -38,6 +38,12 @@ class Progress:
     def done(self) -> bool:
         return self.step >= self.total_steps
 
+    def rate(self, world_size: int, epoch_started: float) -> float:
+        """Samples per second over all ranks (each counting as many as this one), in the training epochs so far
+        and the current one, started at ``epoch_started`` (time.perf_counter())."""
+        elapsed = self.seconds + time.perf_counter() - epoch_started
+        return self.samples * world_size / max(elapsed, 1e-9)
+
     def due(self, log_every: int) -> bool:
         return self.step % log_every == 0 or self.step == self.total_steps
 
@@ -66,8 +72,7 @@ class Reporter:
     def train_step(self, epoch: int, progress: Progress, mean_loss: float, world_size: int,
                    epoch_started: float) -> None:
         """One progress line: step, loss averaged over ranks, and samples per second over all ranks."""
-        elapsed = progress.seconds + time.perf_counter() - epoch_started
-        rate = progress.samples * world_size / elapsed
+        rate = progress.rate(world_size, epoch_started)
         self.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
                  f"{rate:.0f} samples/s")
         self.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss, samples_per_second=rate)
@@ -84,8 +89,7 @@ class Reporter:
     def tick_loop(self, epoch: int, progress: Progress, world_size: int, epoch_started: float) -> None:
         """``tick`` for the hand-written loops, whose Progress counts this process's samples."""
         if self.console is not None:
-            elapsed = progress.seconds + time.perf_counter() - epoch_started
-            self.tick(epoch, progress.step, progress.total_steps, progress.samples * world_size / max(elapsed, 1e-9))
+            self.tick(epoch, progress.step, progress.total_steps, progress.rate(world_size, epoch_started))
 
     def epoch_end(self, epoch: int, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
         self.say(f"epoch {epoch} done: train loss {train_loss:.4f}, eval loss {eval_loss:.4f}, "

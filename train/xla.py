@@ -25,9 +25,13 @@ def require() -> ModuleType:
     try:
         import torch_xla
     except ImportError as error:
-        raise XlaUnavailable(f"device xla needs torch_xla, which {sys.executable} cannot import ({error}); "
-                             + INSTALL_HINT) from None
+        raise XlaUnavailable(f"{unavailable()} ({error}); {INSTALL_HINT}") from None
     return torch_xla
+
+
+def unavailable() -> str:
+    """What is wrong where torch_xla cannot be imported (for this error and for submit's own check)."""
+    return f"device xla needs torch_xla, which {sys.executable} cannot import"
 
 
 def device() -> Any:  # noqa: ANN401 - a torch.device of type xla

@@ -29,8 +29,7 @@ def preflight(profile: Profile) -> None:
     """Fail before starting anything when this machine cannot host the profile."""
     if profile.device == "xla":
         if importlib.util.find_spec("torch_xla") is None:  # found, not imported: that takes seconds
-            raise SubmitError(f"{profile.source}: device xla needs torch_xla, which {sys.executable} cannot import",
-                              xla.INSTALL_HINT)
+            raise SubmitError(f"{profile.source}: {xla.unavailable()}", xla.INSTALL_HINT)
         return
     if profile.device != "cuda":
         return

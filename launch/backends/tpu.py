@@ -74,6 +74,6 @@ def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
 
 def _record(plan: LaunchPlan) -> dict[str, object]:
     assert plan.profile.tpu is not None and plan.host_run_dir is not None  # noqa: S101 - a TPU hosts plan
-    ssh = tpu.gcloud_ssh(plan.profile.tpu, "")[:-1]  # every host, the command to come
+    ssh = tpu.gcloud_ssh_on_every_host(plan.profile.tpu)
     return {"backend": BACKEND, "ssh_argv": list(ssh), "stop_argv": [*ssh, tpu.stop_command(plan.host_run_dir)],
-            "hosts_run_dir": str(PurePosixPath(plan.nodes[0].cwd, plan.host_run_dir))}
+            "hosts_run_dir": plan.host_folder}
