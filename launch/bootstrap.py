@@ -2,14 +2,12 @@
 
 submitit runs one task per training process. Each task reads who it is from submitit's JobEnvironment (SLURM's
 variables), sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT, and
-calls the entrypoint's ``main(argv)``. Every task derives the same head node and port, so none waits for a
+runs the code (a script or module, as ``python`` would) in a child process. Every task derives the same head node and port, so none waits for a
 rendezvous that is elsewhere.
 """
 
 from __future__ import annotations
 
-import atexit
-import importlib
 import os
 import signal
 import socket
@@ -17,7 +15,9 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
+from launch import worker
 from launch.rendezvous import port_for_job
+from launch.worker import Target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,13 +55,17 @@ def resolve_head(hostname: str) -> str:
                               "network_interface or fix name resolution on the nodes") from None
 
 
+class TaskFailed(RuntimeError):
+    """The code of a task failed: raised to submitit, so that the task, and through srun the job, fails."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Bootstrap:
     """The callable submitit pickles and runs in every task; checkpointable in submitit's sense."""
 
-    entry_module: str
-    train_argv: tuple[str, ...]
+    code: Target
     env: tuple[tuple[str, str], ...]  # the plan's worker variables (secrets travel through sbatch, not here)
+    workdir: str
     port: int | None
 
     def __call__(self) -> int:
@@ -73,31 +77,32 @@ class Bootstrap:
                           hostnames=tuple(job.hostnames))
         os.environ.update(dict(self.env))
         os.environ.update(torch_contract(facts, port=self.port, head_address=resolve_head(facts.hostnames[0])))
-        from train import stop  # imports torch: only now, so that it reads the plan's OMP_NUM_THREADS
-
-        # Preemption and time limit (USR2) and the scheduler's SIGTERM (requeue, cancel, the limit itself) become
-        # stop requests: every rank checkpoints at the same step first. submitit's own USR2 handler would
-        # requeue at once, mid-step, and it ignores SIGTERM.
+        os.chdir(self.workdir)
+        sys.path[0] = self.workdir  # a module imports from the submitting folder, as `python -m` there would
+        # The code gets the ordinary meaning of every signal (submitit ignores SIGTERM in its tasks and requeues
+        # at once on USR2); code that watches stop signals (launch.job) checkpoints first. This process waits,
+        # and on USR2 the first task requeues the job through submitit once the code has ended.
         requeue = signal.getsignal(signal.SIGUSR2)
-        stop.watch((signal.SIGUSR2, signal.SIGTERM))
-        try:
-            status = importlib.import_module(self.entry_module).main(list(self.train_argv))
-        except stop.StopRequested as request:
-            _end_stopped_task(request.signum, requeue, is_first=facts.global_rank == 0)
-        # The result is written; skip interpreter teardown, where gloo's threads can abort a finished task
-        # (see train.entry.exit_worker). submitit has pickled our return value by the time atexit runs.
-        atexit.register(os._exit, 0)
-        return int(status)
+        for sig in (signal.SIGUSR2, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        ending = worker.supervise(self.code.run_as_main, rank=facts.global_rank)
+        if signal.SIGUSR2 in ending.received:
+            _end_stopped_task(signal.SIGUSR2, requeue, is_first=facts.global_rank == 0)
+        if signal.SIGTERM in ending.received:
+            _end_stopped_task(signal.SIGTERM, requeue, is_first=False)
+        if ending.shell_status:
+            raise TaskFailed(worker.failure_text(ending, facts.global_rank))
+        return 0
 
     def checkpoint(self) -> object:
-        """submitit's requeue protocol: run this same call again; the entrypoint resumes from the run folder."""
+        """submitit's requeue protocol: run this same call again; the code resumes from the run folder."""
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(self)
 
 
 def _end_stopped_task(signum: int, requeue: object, *, is_first: bool) -> NoReturn:
-    """After the checkpoint: on USR2 the first task requeues the job through submitit (which then exits);
+    """After the code ended: on USR2 the first task requeues the job through submitit (which then exits);
     on SIGTERM the scheduler is already ending or requeueing the job. Either way the task ends now."""
     if signum == signal.SIGUSR2 and is_first and callable(requeue):
         requeue(signum, None)  # checkpoint() above, `scontrol requeue`, then SystemExit

@@ -6,24 +6,26 @@ import argparse
 import os
 import shutil
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from collections.abc import Callable
-from typing import BinaryIO, NoReturn
+from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import yaml
 
 from launch import runs
-from launch.errors import LaunchError, SubmitError, WorkerFailure
+from launch.code_checks import check_code, check_example_args
+from launch.errors import LaunchError, SubmitError
 from launch.plan import LAUNCHERS, LaunchPlan, build_plan
 from launch.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
 from launch.render import render_text
-from launch.strategies import STRATEGIES
-from train.args import LAUNCHER_OWNED, TrainArgsError, parse_train_args
+from launch.strategies import STRATEGIES, get_strategy
+from launch.worker import Target
+
+if TYPE_CHECKING:
+    from launch.backends import Backend
 
 RUN_TIME_PLACEHOLDER = "YYYYmmdd-HHMMSS"
-RESULT_FIELDS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_second", "wall_seconds")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,13 +39,18 @@ def _parser() -> argparse.ArgumentParser:
     profiles = commands.add_parser("profiles", help="list bundled profiles, or print one resolved")
     profiles.add_argument("name", nargs="?", help="a bundled profile name or a YAML path")
     for name, text in (("render", "print the plan without running anything"), ("submit", "run the plan")):
-        command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P --strategy S "
-                                      "[--run-dir D] [--launcher submitit|sbatch] [--max-restarts N]"
-                                      + (" [--detach] [--resume]" if name == "submit" else "")
-                                      + " [-- TRAIN_ARGS]")
+        command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P [--strategy S] "
+                                      "[--script FILE | --module NAME] [--run-dir D] [--launcher submitit|sbatch] "
+                                      "[--max-restarts N]" + (" [--detach] [--resume]" if name == "submit" else "")
+                                      + " [-- ARGS]")
         command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
-        command.add_argument("--strategy", required=True, help="; ".join(
-            f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()))
+        command.add_argument("--strategy", default="ddp", help="; ".join(
+            f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()) + " (default ddp)")
+        code = command.add_mutually_exclusive_group()
+        code.add_argument("--script", metavar="FILE", help="your training script, started in every process as "
+                          "`torchrun FILE ARGS` (or `accelerate launch FILE ARGS`) would start it")
+        code.add_argument("--module", metavar="NAME", help="your training module (pkg.train), as `python -m NAME "
+                          "ARGS`, imported from this folder")
         command.add_argument("--run-dir", help="run folder (default: a new one under runs/)")
         command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
                              help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
@@ -82,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(launch_argv)
         if train_argv and args.command not in ("render", "submit"):
-            raise LaunchError(f"{args.command}: takes no training arguments after '--'")
+            raise LaunchError(f"{args.command}: takes no arguments after '--'")
         return _HANDLERS[args.command](args, train_argv)
     except LaunchError as error:
         print(f"launch: error: {error}", file=sys.stderr)
@@ -111,33 +118,39 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def _plan(args: argparse.Namespace, train_argv: list[str], *, for_submit: bool) -> LaunchPlan:
+def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> LaunchPlan:
+    """The plan of ``render`` and ``submit``; every refusal comes before a run folder is made."""
     profile = load_profile(args.profile)
-    for flag in LAUNCHER_OWNED:
-        if any(arg == flag or arg.startswith(flag + "=") for arg in train_argv):
-            raise LaunchError(f"TRAIN_ARGS: {flag} is set by launch from the profile and the run folder",
-                              "use launch's own options (--run-dir before '--')")
-    try:
-        train_args = parse_train_args(train_argv)
-    except TrainArgsError as error:
-        raise LaunchError(f"TRAIN_ARGS: {error}") from None
+    strategy = get_strategy(args.strategy)
+    code = None if args.script is None and args.module is None else \
+        Target(script=args.script, module=args.module, args=tuple(code_args))
     if args.run_dir is not None and (not args.run_dir or any(ord(ch) < 32 or ch == "\x7f" for ch in args.run_dir)):
         raise LaunchError(f"--run-dir {args.run_dir!r}: must be a non-empty path without control characters")
     if for_submit and args.resume and args.run_dir is None:
         raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
 
     def plan_in(run_dir: Path) -> LaunchPlan:
-        return build_plan(profile, args.strategy, train_args, run_dir=str(run_dir.absolute()),
+        return build_plan(profile, strategy.name, code, args=tuple(code_args), run_dir=str(run_dir.absolute()),
                           python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
                           max_restarts=args.max_restarts)
 
-    if args.run_dir is not None:
-        return plan_in(Path(args.run_dir))
-    # render stays repeatable: the time is filled in when the job is submitted
-    placeholder = plan_in(Path("runs") / f"{profile.name}-{args.strategy}-{RUN_TIME_PLACEHOLDER}")
-    if not for_submit:
-        return placeholder
-    return plan_in(runs.claim_run_dir(Path("runs"), profile.name, args.strategy, datetime.now()))
+    placeholder = plan_in(Path(args.run_dir) if args.run_dir is not None else
+                          Path("runs") / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
+    if code is None:
+        check_example_args(strategy, tuple(code_args))
+    elif placeholder.job.backend != "gcloud":  # TPU hosts run their own copy of the project, with their Python
+        check_code(code, python=sys.executable, workdir=str(Path.cwd()))
+    if args.run_dir is not None or not for_submit:
+        return placeholder  # render stays repeatable: the time is filled in when the job is submitted
+    return plan_in(runs.claim_run_dir(Path("runs"), profile.name, _run_name(strategy.name, code), datetime.now()))
+
+
+def _run_name(strategy: str, code: Target | None) -> str:
+    """What a new run folder is named after: the strategy for its example, else the script or module."""
+    if code is None:
+        return strategy
+    name = Path(code.script).stem if code.script else str(code.module)
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or strategy
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
@@ -145,13 +158,16 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
     return 0
 
 
-def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
-    plan = _plan(args, train_argv, for_submit=True)
+def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
+    from launch import backends
+
+    plan = _plan(args, code_args, for_submit=True)
+    backend = backends.get(plan.job.backend)
     run_dir = Path(plan.run_dir)
     created = args.run_dir is None or not run_dir.exists()  # claimed just now, or to be made now
-    on_hosts = plan.host_run_dir is not None  # its checkpoints are on the TPU hosts, not here
+    on_hosts = plan.job.backend == "gcloud"  # its checkpoints are on the TPU hosts, not here
     try:
-        checkpoint = _prepare(plan, resume=args.resume and not on_hosts)
+        checkpoint = _prepare(plan, backend, resume=args.resume and not on_hosts)
     except LaunchError:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran in it
@@ -161,109 +177,31 @@ def _submit(args: argparse.Namespace, train_argv: list[str]) -> int:
     elif checkpoint is not None:
         print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
                                                      if checkpoint else "from the start (it has no checkpoint)"))
-    if plan.profile.kind == "slurm":
-        return _submit_slurm(plan, detach=args.detach, created=created)
-    return _submit_local(plan, detach=args.detach)
+    try:
+        return backend.execute(plan, detach=args.detach)
+    except SubmitError:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # made just now for a job that never existed
+        raise
 
 
-def _prepare(plan: LaunchPlan, *, resume: bool) -> dict[str, object] | None:
+def _prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, object] | None:
     """Everything checked before a job starts, then the run folder; the checkpoint a resubmission continues."""
+    from launch import backends
+
     missing = [name for name in plan.profile.secrets if name not in os.environ]
-    if missing and plan.host_run_dir is None:  # TPU hosts reached through gcloud have their own environment
+    if missing and plan.job.backend != "gcloud":  # TPU hosts reached through gcloud have their own environment
         raise SubmitError(f"{plan.profile.source}: secrets: {', '.join(missing)} not set in this environment",
                           "export it before submitting; launch passes secrets only through the environment")
     run_dir = Path(plan.run_dir)
-    if (run_dir / runs.STATE).is_file():
-        from launch import backends
-
-        if backends.is_active(backends.status(run_dir)):
-            raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
-    if plan.host_run_dir is not None:
-        from launch.backends import tpu
-
-        tpu.preflight()
-    elif plan.profile.kind in ("local", "tpu"):
-        from launch.backends import local
-
-        local.preflight(plan.profile)
+    if (run_dir / runs.STATE).is_file() and backends.is_active(backends.status(run_dir)):
+        raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
+    backend.preflight(plan)
     return runs.prepare_run_dir(plan, render_text(plan), resume=resume)
 
 
-def _submit_slurm(plan: LaunchPlan, *, detach: bool, created: bool) -> int:
-    from launch.backends import slurm
-
-    run_dir = Path(plan.run_dir)
-    try:
-        job_id = slurm.submit(plan)
-    except SubmitError:
-        if created:
-            shutil.rmtree(run_dir)  # made just now for a job that never existed
-        raise
-    print(f"job {job_id} submitted; run dir: {run_dir}", flush=True)
-    if detach:
-        print(f"follow it with: python -m launch logs {run_dir} --follow")
-        return 0
-    try:
-        final = slurm.follow(run_dir, job_id)
-    except KeyboardInterrupt:
-        print(f"\nstopped following; job {job_id} goes on. Cancel it with: python -m launch cancel {run_dir}")
-        return 130
-    if final.state != "COMPLETED" or final.exit_code:
-        status = final.exit_code or 1
-        raise WorkerFailure(f"job {job_id} ended {final.state}: " + _failure_message(run_dir, status),
-                            exit_status=status)
-    print(_result_summary(run_dir))
-    return 0
-
-
-def _submit_local(plan: LaunchPlan, *, detach: bool) -> int:
-    """On this machine, or, for TPU hosts, gcloud on this machine."""
-    from launch.backends import local, tpu
-
-    backend = tpu if plan.host_run_dir is not None else local
-    run_dir = Path(plan.run_dir)
-    print(f"run dir: {run_dir}", flush=True)
-    if detach:
-        launcher_pid = backend.start_detached(plan)
-        follow = f"python -m launch status {run_dir}" if backend is tpu else f"python -m launch logs {run_dir} --follow"
-        print(f"started in the background (launcher pid {launcher_pid}); follow it with: {follow}")
-        return 0
-    outcome = backend.run(plan)
-    logs = run_dir / runs.LOGS if plan.host_folder is None else f"{plan.host_folder}/{runs.LOGS} on each TPU host"
-    if outcome.cancelled:
-        raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
-    if outcome.exit_code != 0:
-        message = _failure_message(run_dir, outcome.exit_code) if plan.host_run_dir is None else \
-            f"the job failed on the TPU hosts (gcloud's exit status {outcome.exit_code}; after a dropped connection " \
-            f"they may still run: python -m launch cancel {run_dir}); rank logs: {logs}"
-        raise WorkerFailure(message, exit_status=outcome.exit_code)
-    print(_result_summary(run_dir))
-    return 0
-
-
-def _failure_message(run_dir: Path, status: int) -> str:
-    failure = runs.first_failure(run_dir)
-    if failure is None:
-        return f"the job failed with exit status {status}; rank logs: {run_dir / runs.LOGS}"
-    rank = failure.get("rank")
-    return (f"the job failed with exit status {status}: rank {rank} on {failure.get('host')} failed first "
-            f"({failure.get('error')}); its log: {runs.rank_log_path(run_dir, int(rank or 0))}")
-
-
-def _result_summary(run_dir: Path) -> str:
-    result = runs.read_json(run_dir / runs.RESULT)
-    if result is None:
-        return f"no {runs.RESULT} in {run_dir}"
-    shown = ", ".join(f"{key} {_fmt(result[key])}" for key in RESULT_FIELDS if key in result)
-    return f"result: {shown} ({run_dir / runs.RESULT})"
-
-
-def _fmt(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.accelerate_config import render_config
+    from launch.accelerate_config import render_config, working_command
 
     profile = load_profile(args.profile)
     if not 0 <= args.machine_rank < profile.nodes:
@@ -272,10 +210,16 @@ def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
     text = render_config(profile, machine_rank=args.machine_rank)
     if args.output is None:
         print(text, end="")
+        command = working_command(profile)
+        if command:  # on stderr: stdout stays the file
+            print(f"# Accelerate 1.x needs more than this file; run: {command}", file=sys.stderr)
         return 0
     output = Path(args.output)
     _write_new(output, lambda sink: sink.write(text.encode()))
     print(f"wrote {output}")
+    command = working_command(profile, config_file=str(output))
+    if command:
+        print(f"Accelerate 1.x needs more than this file; run your script with: {command}")
     return 0
 
 
@@ -314,42 +258,19 @@ def _status(args: argparse.Namespace, _: list[str]) -> int:
 
     run_dir = _run_dir(args.run)
     state = backends.status(run_dir)
-    code = f" (exit status {state['exit_code']})" if "exit_code" in state else ""
+    code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
     print(f"{run_dir}: {state['status']}{code}")
+    if state.get("status") == "failed" and runs.first_failure(run_dir) is not None:
+        print(runs.failure_message(run_dir, int(state.get("exit_code") or 1)))
     if (run_dir / runs.RESULT).is_file():
-        print(_result_summary(run_dir))
+        print(runs.result_summary(run_dir))
     return 0
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
     from launch import backends
 
-    run_dir = _run_dir(args.run)
-    state = runs.read_json(run_dir / runs.STATE) or {}
-    if state.get("backend") == "tpu":
-        return _tpu_logs(run_dir, state, args.rank, follow=args.follow)
-    path = runs.rank_log_path(run_dir, args.rank)
-    position = 0
-    while True:
-        running = args.follow and backends.is_active(backends.status(run_dir))
-        # Read after the status check, so the last lines of a run that just ended show.
-        position = runs.copy_new_output(path, position)
-        if not running:
-            break
-        time.sleep(0.5)
-    if not path.is_file():
-        raise LaunchError(f"{path}: no log for rank {args.rank}")
-    return 0
-
-
-def _tpu_logs(run_dir: Path, state: dict[str, object], rank: int, *, follow: bool) -> int:
-    """Rank logs of a run on TPU hosts stay there; printed from the host that has them."""
-    from launch.backends import tpu
-
-    if follow:
-        raise LaunchError(f"logs --follow: {run_dir} runs on TPU hosts, whose logs are read through gcloud",
-                          "run `logs` again, or follow the job with `submit` in the foreground")
-    tpu.print_rank_log(state, rank)
+    backends.logs(_run_dir(args.run), rank=args.rank, follow=args.follow)
     return 0
 
 

@@ -6,6 +6,7 @@ Package versions come from installed metadata (no import); torch is imported onc
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import shutil
 import socket
@@ -87,23 +88,23 @@ def _interfaces() -> dict[str, tuple[str, ...]]:
 def missing_for(profile: Profile, machine: Machine) -> list[str]:
     """What ``submit`` of ``profile`` from this machine would lack; empty when nothing. The backends' own
     checks (``preflight``) answer where they exist, so doctor and submit never disagree."""
-    from launch.backends import local, tpu
+    from launch import backends
     from launch.errors import SubmitError
+    from launch.plan import build_plan
 
+    plan = build_plan(profile, "ddp", run_dir="/launch-doctor", python=sys.executable, workdir=os.getcwd())
     needs: list[str] = []
-    remote_tpu = profile.tpu is not None and profile.tpu.via_gcloud
-    if not remote_tpu:
+    if plan.job.backend != "gcloud":  # TPU hosts reached through gcloud have their own Python
         needs += [f"{name} (pip install -e .)" for name in ("torch", "accelerate", "transformers")
                   if machine.packages[name] is None]
-    if profile.kind == "slurm":
+    if plan.job.backend in ("submitit", "sbatch"):
         needs += [f"{name} on PATH (a SLURM login node)" for name in SLURM_COMMANDS if machine.commands[name] is None]
         if machine.slurm_version and machine.slurm_version.startswith(NOT_CONFIGURED):
             needs.append(f"a configured SLURM ({machine.slurm_version.removeprefix(NOT_CONFIGURED + ': ')})")
         if machine.packages["submitit"] is None:
             needs.append("submitit (for --launcher submitit)")
-        return needs
     try:
-        tpu.preflight() if remote_tpu else local.preflight(profile)
+        backends.get(plan.job.backend).preflight(plan)
     except SubmitError as error:
         needs.append(str(error).removeprefix(f"{profile.source}: "))
     return needs

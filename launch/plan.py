@@ -1,24 +1,33 @@
-"""Profile + strategy + training arguments -> LaunchPlan: every node's argv, environment and folder.
+"""Profile + strategy + the code to run -> LaunchPlan: what every process gets, and one typed job for the
+backend that runs it.
 
-``build_plan`` is pure: it reads no environment, probes nothing and starts nothing. ``render`` prints its
-result and ``submit`` executes that same object.
+``build_plan`` is pure: it reads no environment, probes nothing and starts nothing. It chooses the backend
+once, by building that backend's job; ``render`` prints the plan and ``submit`` hands that same object to the
+backend the job names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import PurePath, PurePosixPath
+from typing import ClassVar
 
+from launch import job as contract
 from launch import sbatch, tpu
 from launch.errors import LaunchError
+from launch.layout import CHECKPOINTS, METRICS, RESULT
 from launch.profile import Profile
 from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
 from launch.shell import Arg, EnvRef
-from launch.strategies import NodeContext, get_strategy
+from launch.strategies import NodeContext, Strategy, get_strategy
 from launch.submitit_job import SubmititJob, submitit_job
-from train.args import TrainArgs
-from train.layout import METRICS, RESULT
-from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
+from launch.worker import Target
+
+WORKER = "launch.worker"  # what runs the code in each process (python -m launch.worker SCRIPT ARGS)
+LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
+MAX_RESTARTS = 100
+REQUEUE_SIGNALS = "SIGUSR2,SIGTERM"  # what a SLURM task through submitit treats as 'checkpoint, then stop'
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +42,7 @@ class NodeCommand:
 
 @dataclass(frozen=True, kw_only=True)
 class PlanFile:
-    """A file the backend writes before starting anything (the sbatch script, an accelerate config)."""
+    """A file written before anything starts (the sbatch script, an accelerate config)."""
 
     path: str
     text: str
@@ -41,94 +50,134 @@ class PlanFile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LocalJob:
+    """One node on this machine: its launcher command, run here."""
+
+    backend: ClassVar[str] = "local"
+    node: NodeCommand
+    files: tuple[PlanFile, ...] = ()
+    where: str = "this machine"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SbatchJob:
+    """A batch script whose one task per node runs the node's launcher command."""
+
+    backend: ClassVar[str] = "sbatch"
+    node: NodeCommand  # the same on every node: the node rank and head come from the task
+    files: tuple[PlanFile, ...]
+    submit_argv: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GcloudJob:
+    """TPU hosts reached through gcloud: every host runs the same command, in its own project folder."""
+
+    backend: ClassVar[str] = "gcloud"
+    node: NodeCommand  # what every host runs, in the project folder there
+    host_files: tuple[PlanFile, ...]  # written on the hosts by the command itself
+    host_run_dir: str  # the run folder there, relative to the project folder
+    submit_argv: tuple[str, ...]
+    after_argv: tuple[str, ...]  # run here once the job succeeded: fetch host 0's result and metrics
+    ssh_argv: tuple[str, ...]  # gcloud's ssh to every host, its command to come
+    files: tuple[PlanFile, ...] = ()
+
+    @property
+    def host_folder(self) -> str:
+        """The run folder on the hosts as ssh sees it (under the project folder, from the ssh user's home)."""
+        return str(PurePosixPath(self.node.cwd, self.host_run_dir))
+
+
+Job = LocalJob | SbatchJob | SubmititJob | GcloudJob
+
+
+@dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
     profile: Profile
     strategy: str
-    train_args: TrainArgs
+    code: Target  # the user's script or module, or the strategy's bundled example, with its arguments
+    bundled: bool
     run_dir: str
-    nodes: tuple[NodeCommand, ...]
-    files: tuple[PlanFile, ...] = ()
-    submit_argv: tuple[str, ...] = ()  # how the backend hands the files to a scheduler, if it does
-    submitit: SubmititJob | None = None  # SLURM through submitit: one task per process, no node commands
-    host_run_dir: str | None = None  # TPU hosts reached through gcloud: the run folder there (under tpu.workdir)
-    host_files: tuple[PlanFile, ...] = ()  # ... and the files written there, by the command itself
-    after_argv: tuple[str, ...] = ()  # run here once the job succeeded (TPU hosts: fetch host 0's result, metrics)
+    env: tuple[tuple[str, str], ...]  # added to every process's inherited environment
+    job: Job
 
     @property
     def world_size(self) -> int:
         return self.profile.world_size
 
     @property
-    def host_folder(self) -> str | None:
-        """TPU hosts: the run folder there as ssh sees it (under tpu.workdir, from the ssh user's home)."""
-        return None if self.host_run_dir is None else str(PurePosixPath(self.nodes[0].cwd, self.host_run_dir))
+    def files(self) -> tuple[PlanFile, ...]:
+        """Written into the run folder here before the job starts."""
+        return self.job.files
 
 
-LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
-MAX_RESTARTS = 100
+@dataclass(frozen=True, kw_only=True)
+class _Inputs:
+    profile: Profile
+    strategy: Strategy
+    code: Target
+    bundled: bool
+    run_dir: str
+    python: str
+    workdir: str
+    max_restarts: int
 
 
-def build_plan(profile: Profile, strategy: str, train_args: TrainArgs, *, run_dir: str, python: str,
-               workdir: str, launcher: str = "submitit", max_restarts: int = 0) -> LaunchPlan:
-    """The plan for ``strategy`` on ``profile``; ``run_dir``, ``python`` and ``workdir`` are absolute paths.
+def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, args: tuple[str, ...] = (),
+               run_dir: str, python: str, workdir: str, launcher: str = "submitit",
+               max_restarts: int = 0) -> LaunchPlan:
+    """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``; ``run_dir``,
+    ``python`` and ``workdir`` are absolute paths.
 
-    On SLURM, ``launcher`` submitit runs one task per process that calls the entrypoint in-process;
-    sbatch runs one task per node that starts the strategy's launcher (torchrun, accelerate launch).
-    ``max_restarts`` (local profiles) lets torchrun restart failed workers; every entrypoint is told to
-    ``--resume``, so a restarted, requeued or resubmitted job continues from the run folder's last checkpoint.
+    On SLURM, ``launcher`` submitit runs one task per process that runs the code in a child process; sbatch
+    runs one task per node that starts the strategy's launcher (torchrun, accelerate launch). ``max_restarts``
+    (local profiles) lets torchrun restart failed workers. Every launch continues from the run folder's last
+    checkpoint, if any (LAUNCH_RESUME=1), so a restarted, requeued or resubmitted job picks up where it was.
     """
     chosen = get_strategy(strategy)
+    if code is not None and not chosen.user_code:
+        raise LaunchError(f"--strategy {strategy}: runs the bundled example {chosen.example.module} only",
+                          "for your own script (one that builds its own transformers.Trainer too) use --strategy "
+                          "ddp, which starts it under torchrun")
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
-    if max_restarts and profile.kind != "local":
+    backend = backend_for(profile, launcher)
+    if max_restarts and backend != "local":
         raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
                           "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time"
                           if profile.kind == "slurm" else "resubmit the same plan into its run folder to continue")
-    tpu_hosts = profile.tpu if profile.tpu is not None and profile.tpu.via_gcloud else None
-    if tpu_hosts is not None:  # every host runs the same command, in its own project folder and run folder
-        python, workdir = tpu_hosts.python, tpu_hosts.workdir
-    job_dir = run_dir if tpu_hosts is None else tpu.host_run_dir(run_dir)
-    args = replace(train_args, run_dir=job_dir, device=profile.device, dist_backend=profile.dist_backend,
-                   profile_name=profile.name, resume=True, rendezvous_timeout=profile.rendezvous.timeout_s)
-    env = worker_env(profile, chosen.extra_env(profile))
-    nodes = tuple(
-        NodeCommand(node_rank=rank, env=env, cwd=workdir,
-                    argv=tuple(chosen.node_argv(profile, python, _node_context(profile, rank, max_restarts),
-                                                args.to_argv(), job_dir)))
-        for rank in range(profile.nodes))
-    files = tuple(PlanFile(path=path, text=text) for path, text in chosen.files(profile, job_dir))
-    plan = LaunchPlan(profile=profile, strategy=strategy, train_args=args, run_dir=run_dir, nodes=nodes,
-                      files=files)
-    if tpu_hosts is not None:
-        command = tpu.host_command(workdir=workdir, files=[(file.path, file.text) for file in files], env=env,
-                                   argv=[str(arg) for arg in nodes[0].argv])
-        plan = replace(plan, files=(), host_files=files, host_run_dir=job_dir,
-                       submit_argv=tpu.gcloud_ssh(tpu_hosts, command))
-        return replace(plan, after_argv=tpu.fetch_files(tpu_hosts, str(plan.host_folder), (RESULT, METRICS), run_dir))
-    if profile.kind == "slurm" and launcher == "submitit":
-        return replace(plan, nodes=(), files=(), submitit=submitit_job(
-            profile, job_name=f"{profile.name}-{strategy}", run_dir=run_dir, entry_module=chosen.entry_module,
-            train_argv=args.to_argv(), env=env))
+    bundled = code is None
+    inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled, run_dir=run_dir, python=python,
+                     workdir=workdir, max_restarts=max_restarts,
+                     code=Target(module=chosen.example.module, args=args) if code is None else code)
+    return _JOB_BUILDERS[backend](inputs)
+
+
+def backend_for(profile: Profile, launcher: str) -> str:
+    """The one place a profile's kind picks a backend."""
     if profile.kind == "slurm":
-        script = sbatch.render_script(plan.profile, plan.nodes[0], job_name=f"{profile.name}-{strategy}",
-                                      run_dir=run_dir)
-        script_path = str(PurePath(run_dir, "job.sbatch"))
-        plan = replace(plan, files=(*files, PlanFile(path=script_path, text=script, executable=True)),
-                       submit_argv=("sbatch", "--parsable", script_path))
-    return plan
+        return launcher
+    if profile.tpu is not None and profile.tpu.via_gcloud:
+        return "gcloud"
+    return "local"
 
 
-def _node_context(profile: Profile, node_rank: int, max_restarts: int) -> NodeContext:
-    if profile.kind == "slurm":
-        return NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
-                           master_port=EnvRef("MASTER_PORT"))
-    port = profile.rendezvous.port  # None: torchrun --standalone finds a free port itself
-    return NodeContext(node_rank=str(node_rank), master_addr=None if port is None else "127.0.0.1",
-                       master_port=None if port is None else str(port), max_restarts=max_restarts)
+def process_command(inputs: _Inputs) -> list[str]:
+    """What each process runs, after the runner's own arguments: the code under launch's worker; on XLA hosts a
+    bundled example under torch_xla's launcher, or a user's script as it is (it starts its own processes)."""
+    example, code = inputs.strategy.example, inputs.code
+    if inputs.profile.device == "xla":
+        if inputs.bundled and example.xla_launcher:
+            return ["-m", example.xla_launcher, *code.argv()]
+        if inputs.strategy.runner.name == "accelerate":
+            return code.argv()  # Accelerate's TPU launcher imports the script and spawns its main function
+    return ["-m", WORKER, *code.argv()]
 
 
-def worker_env(profile: Profile, strategy_env: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """The variables added to every worker's inherited environment, profile values winning."""
+def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
+               stop_signals: str = "") -> tuple[tuple[str, str], ...]:
+    """The variables added to every worker's inherited environment: launch's contract (``launch.job``) last,
+    profile values winning over launch's defaults."""
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **strategy_env}
     if profile.device == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # one thread per process: N processes share the cores fairly
@@ -137,7 +186,93 @@ def worker_env(profile: Profile, strategy_env: dict[str, str]) -> tuple[tuple[st
     if profile.network_interface:
         env.update({name: profile.network_interface for name in INTERFACE_VARIABLES})
     env.update(profile.env)
-    env[PLAN_ENV_VARIABLE] = ",".join(env)  # so each rank can log what the plan gave it
+    env.update({contract.RUN_DIR: run_dir, contract.CHECKPOINT_DIR: str(PurePosixPath(run_dir, CHECKPOINTS)),
+                contract.RESUME: "1", contract.PROFILE: profile.name, contract.DEVICE: profile.device,
+                contract.DIST_BACKEND: profile.dist_backend,
+                contract.RENDEZVOUS_TIMEOUT: str(profile.rendezvous.timeout_s)})
+    if stop_signals:
+        env[contract.STOP_SIGNALS] = stop_signals
+    env[contract.PLAN_ENV] = ",".join(name for name in env if not name.startswith("LAUNCH_"))  # logged by each rank
     if profile.secrets:
-        env[SECRET_NAMES_VARIABLE] = ",".join(profile.secrets)
+        env[contract.SECRET_NAMES] = ",".join(profile.secrets)
     return tuple(env.items())
+
+
+def _node_argv(inputs: _Inputs, node: NodeContext, run_dir: str, python: str) -> tuple[Arg, ...]:
+    return tuple(inputs.strategy.runner.node_argv(inputs.profile, python, node, process_command(inputs), run_dir))
+
+
+def _files(inputs: _Inputs, run_dir: str) -> tuple[PlanFile, ...]:
+    return tuple(PlanFile(path=path, text=text) for path, text in inputs.strategy.runner.files(inputs.profile, run_dir))
+
+
+def _env(inputs: _Inputs, run_dir: str, stop_signals: str = "") -> tuple[tuple[str, str], ...]:
+    return worker_env(inputs.profile, inputs.strategy.runner.extra_env(inputs.profile), run_dir=run_dir,
+                      stop_signals=stop_signals)
+
+
+def _plan(inputs: _Inputs, env: tuple[tuple[str, str], ...], job: Job) -> LaunchPlan:
+    return LaunchPlan(profile=inputs.profile, strategy=inputs.strategy.name, code=inputs.code,
+                      bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job)
+
+
+def _local_job(inputs: _Inputs) -> LaunchPlan:
+    profile, port = inputs.profile, inputs.profile.rendezvous.port  # None: torchrun finds a free port itself
+    node = NodeContext(node_rank="0", master_addr=None if port is None else "127.0.0.1",
+                       master_port=None if port is None else str(port), max_restarts=inputs.max_restarts)
+    env = _env(inputs, inputs.run_dir)
+    where = "this machine, the TPU VM" if profile.kind == "tpu" else "this machine"
+    command = NodeCommand(node_rank=0, argv=_node_argv(inputs, node, inputs.run_dir, inputs.python), env=env,
+                          cwd=inputs.workdir)
+    return _plan(inputs, env, LocalJob(node=command, files=_files(inputs, inputs.run_dir), where=where))
+
+
+def _slurm_node(inputs: _Inputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
+    node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
+                       master_port=EnvRef("MASTER_PORT"))
+    return NodeCommand(node_rank=0, argv=_node_argv(inputs, node, inputs.run_dir, inputs.python), env=env,
+                       cwd=inputs.workdir)
+
+
+def _job_name(inputs: _Inputs) -> str:
+    code = inputs.code
+    what = inputs.strategy.name if inputs.bundled else PurePath(code.script or "").stem or str(code.module)
+    return f"{inputs.profile.name}-{what}"
+
+
+def _sbatch_job(inputs: _Inputs) -> LaunchPlan:
+    env = _env(inputs, inputs.run_dir)
+    node = _slurm_node(inputs, env)
+    script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
+    script = sbatch.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir)
+    files = (*_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
+    return _plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
+
+
+def _submitit_job(inputs: _Inputs) -> LaunchPlan:
+    env = _env(inputs, inputs.run_dir, stop_signals=REQUEUE_SIGNALS)
+    return _plan(inputs, env, submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir,
+                                           code=inputs.code, env=env, workdir=inputs.workdir))
+
+
+def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
+    profile = inputs.profile
+    hosts = profile.tpu
+    assert hosts is not None  # noqa: S101 - backend_for chose gcloud for a TPU section
+    host_run_dir = tpu.host_run_dir(inputs.run_dir)
+    env = _env(inputs, host_run_dir)
+    node = NodeContext(node_rank="0", master_addr=None, master_port=None)
+    command = NodeCommand(node_rank=0, argv=_node_argv(inputs, node, host_run_dir, hosts.python), env=env,
+                          cwd=hosts.workdir)
+    host_files = _files(inputs, host_run_dir)
+    shell_command = tpu.host_command(workdir=hosts.workdir, files=[(f.path, f.text) for f in host_files],
+                                     env=env, argv=[str(arg) for arg in command.argv])
+    host_folder = str(PurePosixPath(hosts.workdir, host_run_dir))
+    return _plan(inputs, env, GcloudJob(
+        node=command, host_files=host_files, host_run_dir=host_run_dir, ssh_argv=tpu.gcloud_ssh_on_every_host(hosts),
+        submit_argv=tpu.gcloud_ssh(hosts, shell_command),
+        after_argv=tpu.fetch_files(hosts, host_folder, (RESULT, METRICS), inputs.run_dir)))
+
+
+_JOB_BUILDERS: dict[str, Callable[[_Inputs], LaunchPlan]] = {
+    "local": _local_job, "sbatch": _sbatch_job, "submitit": _submitit_job, "gcloud": _gcloud_job}

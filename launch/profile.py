@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from train.args import default_dist_backend
+from launch.devices import default_dist_backend
 
 Kind = Literal["local", "slurm", "tpu"]
 Device = Literal["cuda", "cpu", "xla"]

@@ -15,9 +15,10 @@ from launch.errors import ConfigError, did_you_mean
 from launch.profile import Profile, SlurmSection, TpuSection
 from launch.rendezvous import TORCH_CONTRACT
 from launch.sbatch import SBATCH_OPTIONS, managed_option
-from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, looks_secret
+from launch.job import ENVIRONMENT
+from launch.secrets import looks_secret
 
-LAUNCH_VARIABLES = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)
+LAUNCH_VARIABLES = tuple(name for name, _ in ENVIRONMENT)  # launch sets them; a profile cannot
 # Measured on Slurm 22.05, which checks limits every 30 s and signals up to that much early: with the signal
 # 100 s before a 2 min limit, a requeued job got it as it started, before its tasks could handle it (they
 # died); with 60 s, each allocation ran 20 to 60 s before the signal.

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 from launch import runs
 from launch.errors import LaunchError
-from train.layout import METRICS
+from launch.layout import METRICS
 
 SUMMARY_COLUMNS = ("run", "strategy", "world", "steps", "eval acc", "eval loss", "samples/s", "wall s")
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan
-from train.layout import (LOGS, PLAN_TEXT, RESULT, STATE, latest_checkpoint, rank_log_path, rank_state_path, read_json,
+from launch.worker import OOM_HINT
+from launch.layout import (LOGS, PLAN_TEXT, RESULT, STATE, latest_checkpoint, rank_log_path, rank_state_path, read_json,
                           write_json_atomic)
 
-# The layout itself is train.layout's (the jobs write into the same folder); re-exported for the host side.
+# The layout itself is launch.layout's (the jobs write into the same folder); re-exported for the host side.
 __all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "claim_run_dir", "first_failure",
            "latest_checkpoint", "prepare_run_dir", "rank_log_path", "rank_pids", "read_json", "write_json_atomic"]
 
@@ -123,10 +126,49 @@ def first_failure(run_dir: Path) -> dict[str, Any] | None:
         return min(own, key=lambda note: note.get("time", 0.0))
     silent = [note for note in notes if note.get("status") == "running"]
     if silent and len(silent) < len(notes):  # the others lost it as a peer, or were stopped after it died
-        return {**silent[0], "error": "died without an error of its own (killed by a signal from outside, "
-                                      "or by the out-of-memory killer)"}
+        return {**silent[0], "error": f"died without a word, with its supervisor (killed by a signal from outside; "
+                                      f"for SIGKILL {OOM_HINT})"}
     return min(failed, key=lambda note: note.get("time", 0.0), default=None)
 
 
 def _lost_a_peer(error: str) -> bool:
     return any(words in error.lower() for words in _PEER_LOST)
+
+
+RESULT_FIELDS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_second", "wall_seconds")
+
+
+def failure_message(run_dir: Path, status: int) -> str:
+    """The failure report: the rank that failed first, its host, how it ended, and its log."""
+    failure = first_failure(run_dir)
+    if failure is None:
+        return f"the job failed with exit status {status}; rank logs: {run_dir / LOGS}"
+    rank = int(failure.get("rank") or 0)
+    return (f"the job failed with exit status {status}: rank {rank} on {failure.get('host')} failed first "
+            f"({failure.get('error')}); its log: {rank_log_path(run_dir, rank)}")
+
+
+def result_summary(run_dir: Path) -> str:
+    """One line from the run's result.json (the examples write one; a user's script may not)."""
+    result = read_json(run_dir / RESULT)
+    if result is None:
+        return f"finished; run folder: {run_dir}"
+    shown = ", ".join(f"{key} {_fmt(result[key])}" for key in RESULT_FIELDS if key in result)
+    return f"result: {shown} ({run_dir / RESULT})"
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def print_log(path: Path, rank: int, *, still_running: Callable[[], bool]) -> None:
+    """Print a log, and what it gains while ``still_running()`` says so."""
+    position = 0
+    while True:
+        running = still_running()
+        position = copy_new_output(path, position)  # read after the check: a run that just ended shows its end
+        if not running:
+            break
+        time.sleep(0.5)
+    if not path.is_file():
+        raise SubmitError(f"{path}: no log for rank {rank}")

@@ -9,7 +9,7 @@ from launch import shell
 from launch.errors import LaunchError
 from launch.profile import Profile
 from launch.rendezvous import SLURM_NODE_LIST, port_for_job_shell
-from train.masking import looks_secret
+from launch.secrets import looks_secret
 
 if TYPE_CHECKING:
     from launch.plan import NodeCommand

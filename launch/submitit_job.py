@@ -4,22 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import TYPE_CHECKING, ClassVar
 
 from launch.profile import Profile
 from launch.rendezvous import PORT_BASE, PORT_SPAN
+from launch.worker import Target
+
+if TYPE_CHECKING:
+    from launch.plan import PlanFile
 
 
 @dataclass(frozen=True, kw_only=True)
 class SubmititJob:
-    """Everything submitit is given: the folder, ``SlurmExecutor`` parameters and the task's entrypoint call."""
+    """Everything submitit is given: the folder, ``SlurmExecutor`` parameters, and what each task runs."""
 
+    backend: ClassVar[str] = "submitit"
     folder: str
     parameters: tuple[tuple[str, object], ...]
-    entry_module: str
-    train_argv: tuple[str, ...]
+    code: Target
     env: tuple[tuple[str, str], ...]
+    workdir: str  # each task runs the code from here, as the submitting shell would
     port: int | None
     max_num_timeout: int = 0  # submitit's requeues after a time limit
+    files: tuple[PlanFile, ...] = ()
 
     def derivation(self) -> tuple[tuple[str, str], ...]:
         """How each task sets torch's variables, for people reading the plan."""
@@ -47,9 +54,9 @@ def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, 
             *((key, value) for key, value in optional.items() if value is not None))
 
 
-def submitit_job(profile: Profile, *, job_name: str, run_dir: str, entry_module: str,
-                 train_argv: tuple[str, ...], env: tuple[tuple[str, str], ...]) -> SubmititJob:
+def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target, env: tuple[tuple[str, str], ...],
+                 workdir: str) -> SubmititJob:
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
-                       parameters=executor_parameters(profile, job_name=job_name), entry_module=entry_module,
-                       train_argv=train_argv, env=env, port=profile.rendezvous.port,
+                       parameters=executor_parameters(profile, job_name=job_name), code=code, env=env,
+                       workdir=workdir, port=profile.rendezvous.port,
                        max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 import shlex
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
+from launch.job import RUN_DIR
 from launch.profile import TpuSection
 
 HOST_RUNS = "runs"  # host run folders live under the project folder on each host, named as the local one
@@ -72,7 +72,8 @@ def print_command(path: str) -> str:
 
 
 def stop_command(host_run_dir: str) -> str:
-    """What every host runs to stop a run's processes: those whose command line names its run folder."""
-    # "[-]-run-dir": the pattern must not match the command line of the shell that runs pkill
-    pattern = "[-]-run-dir " + re.sub(r"([.^$*+?()[\]{}|\\])", r"\\\1", host_run_dir) + "( |$)"
-    return shlex.join(["pkill", "-TERM", "-f", "--", pattern]) + " || true"
+    """What every host runs to stop a run's processes: those whose environment names its run folder
+    (LAUNCH_RUN_DIR), the workers that torch_xla or Accelerate spawned included."""
+    wanted = shlex.quote(f"{RUN_DIR}={host_run_dir}")
+    return (f"for e in /proc/[0-9]*/environ; do if tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF -- {wanted}; "
+            'then p="${e#/proc/}"; kill -TERM "${p%/environ}" 2>/dev/null; fi; done; true')

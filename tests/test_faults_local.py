@@ -231,14 +231,14 @@ def test_a_marked_secret_missing_from_the_environment_fails_before_anything_runs
 def test_a_rank_that_prints_or_raises_a_secret_leaves_it_nowhere(tmp_path: Path) -> None:
     """A library printing a token (stdout or stderr, Python or native), or an error quoting one: the rank log,
     the rank record, the terminal and the interpreter's last words all show the mask instead."""
-    code = ("import os, sys\nfrom train.entry import run_entrypoint\n"
-            "def train(args, env, reporter):\n"
-            "    print('token is', os.environ['HF_TOKEN'], flush=True)\n"
-            "    os.write(2, ('url ' + os.environ['DATABASE_URL'] + '\\n').encode())\n"
-            "    raise ValueError('rejected ' + os.environ['HF_TOKEN'])\n"
-            "sys.exit(run_entrypoint(train, ['--run-dir', sys.argv[1]]))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **SECRETS, "LAUNCH_SECRET_NAMES": "DATABASE_URL"})
+    script = tmp_path / "leaky.py"
+    script.write_text("import os\n"
+                      "print('token is', os.environ['HF_TOKEN'], flush=True)\n"
+                      "os.write(2, ('url ' + os.environ['DATABASE_URL'] + '\\n').encode())\n"
+                      "raise ValueError('rejected ' + os.environ['HF_TOKEN'])\n")
+    done = subprocess.run([sys.executable, "-m", "launch.worker", str(script)], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, **SECRETS, "LAUNCH_SECRET_NAMES": "DATABASE_URL",
+                                          "LAUNCH_RUN_DIR": str(tmp_path)})
     assert done.returncode != 0
     log = (tmp_path / "logs" / "rank-0.log").read_text()
     record = (tmp_path / "logs" / "rank-0.json").read_text()

@@ -11,34 +11,35 @@ import pytest
 
 from launch import shell
 from launch.errors import LaunchError
-from train.masking import looks_secret
+from launch.secrets import looks_secret
 from launch.plan import build_plan
 from launch.profile_loader import load_profile
 from launch.render import render_text
 from launch.rendezvous import port_for_job, port_for_job_shell
 from launch.shell import EnvRef
 from tests.conftest import ROOT, run_cli
-from train.args import TrainArgs, parse_train_args
 
 PYTHON = "/opt/venv/bin/python"
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def plan_for(profile: str, train_args: TrainArgs | None = None, run_dir: str = "/runs/r1",  # type: ignore[no-untyped-def]
+def plan_for(profile: str, args: tuple[str, ...] = (), run_dir: str = "/runs/r1",  # type: ignore[no-untyped-def]
              launcher: str = "sbatch"):
-    return build_plan(load_profile(profile), "ddp", train_args or TrainArgs(), run_dir=run_dir, python=PYTHON,
+    return build_plan(load_profile(profile), "ddp", args=args, run_dir=run_dir, python=PYTHON,
                       workdir="/project", launcher=launcher)
 
 
 def test_local_cpu_plan_is_one_torchrun_node_with_two_processes() -> None:
-    plan = plan_for("local-cpu", parse_train_args(["--epochs", "3", "--lr", "0.01"]))
-    assert plan.world_size == 2 and len(plan.nodes) == 1
-    node = plan.nodes[0]
+    plan = plan_for("local-cpu", ("--epochs", "3", "--lr", "0.01"))
+    assert plan.world_size == 2 and plan.job.backend == "local"
+    node = plan.job.node
     assert node.argv == (PYTHON, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                         "--nproc_per_node", "2", "--max_restarts", "0", "-m", "train.ddp", "--epochs", "3",
-                         "--lr", "0.01", "--resume", "--run-dir", "/runs/r1", "--device", "cpu",
-                         "--dist-backend", "gloo", "--profile-name", "local-cpu", "--rendezvous-timeout", "300")
+                         "--nproc_per_node", "2", "--max_restarts", "0", "-m", "launch.worker", "-m", "train.ddp",
+                         "--epochs", "3", "--lr", "0.01"), "the arguments as given, nothing added"
     assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+                              "LAUNCH_RUN_DIR": "/runs/r1", "LAUNCH_CHECKPOINT_DIR": "/runs/r1/checkpoints",
+                              "LAUNCH_RESUME": "1", "LAUNCH_PROFILE": "local-cpu", "LAUNCH_DEVICE": "cpu",
+                              "LAUNCH_DIST_BACKEND": "gloo", "LAUNCH_RENDEZVOUS_TIMEOUT": "300",
                               "LAUNCH_PLAN_ENV": "PYTHONUNBUFFERED,OMP_NUM_THREADS"}
     assert node.cwd == "/project"
 
@@ -51,8 +52,8 @@ def test_plan_is_pure_same_inputs_same_plan_and_text() -> None:
 def test_fixed_rendezvous_port_and_interface_reach_the_plan(write_profile) -> None:  # type: ignore[no-untyped-def]
     path = write_profile("extends: local-cpu\nrendezvous:\n  port: 29700\n  timeout_s: 42\n"
                          "network_interface: eth7\nenv:\n  MY_FLAG: 'a b'\n")
-    plan = build_plan(load_profile(str(path)), "ddp", TrainArgs(), run_dir="/r", python="py", workdir="/w")
-    argv, env = plan.nodes[0].argv, dict(plan.nodes[0].env)
+    plan = build_plan(load_profile(str(path)), "ddp", run_dir="/r", python="py", workdir="/w")
+    argv, env = plan.job.node.argv, dict(plan.job.node.env)
     assert argv[argv.index("--master_port") + 1] == "29700" and "--standalone" not in argv
     assert "timeout=42" in argv
     assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "eth7" and env["MY_FLAG"] == "a b"
@@ -60,8 +61,8 @@ def test_fixed_rendezvous_port_and_interface_reach_the_plan(write_profile) -> No
 
 def test_slurm_plan_takes_node_rank_and_head_node_from_each_task() -> None:
     plan = plan_for("slurm-local-2x2")
-    assert [node.node_rank for node in plan.nodes] == [0, 1]
-    argv = plan.nodes[1].argv
+    assert plan.job.backend == "sbatch"
+    argv = plan.job.node.argv
     assert argv[argv.index("--node_rank") + 1] == EnvRef("SLURM_NODEID")
     assert argv[argv.index("--master_addr") + 1] == EnvRef("MASTER_ADDR")
     assert argv[argv.index("--nnodes") + 1] == "2"
@@ -133,11 +134,10 @@ def test_slurm_run_dirs_that_sbatch_directives_cannot_hold_are_refused() -> None
 
 def test_secrets_are_never_written_into_the_sbatch_script(write_profile) -> None:  # type: ignore[no-untyped-def]
     path = write_profile("extends: slurm-local-2x2\nenv:\n  HF_TOKEN: hunter2\n")
-    plan = build_plan(load_profile(str(path)), "ddp", TrainArgs(), run_dir="/r", python="py", workdir="/w",
-                      launcher="sbatch")
+    plan = build_plan(load_profile(str(path)), "ddp", run_dir="/r", python="py", workdir="/w", launcher="sbatch")
     (script,) = plan.files
     assert "hunter2" not in script.text and "HF_TOKEN" in script.text
-    assert dict(plan.nodes[0].env)["HF_TOKEN"] == "hunter2", "the worker still gets it, through the environment"
+    assert dict(plan.job.node.env)["HF_TOKEN"] == "hunter2", "the worker still gets it, through the environment"
 
 
 @pytest.mark.parametrize(("name", "secret"), [("HF_TOKEN", True), ("WANDB_API_KEY", True), ("db_password", True),
@@ -147,21 +147,20 @@ def test_secret_names_are_whole_words(name: str, secret: bool) -> None:
     assert looks_secret(name) is secret
 
 
-def test_submitit_plan_is_one_task_per_process_calling_the_entrypoint(write_profile) -> None:  # type: ignore[no-untyped-def]
+def test_submitit_plan_is_one_task_per_process_running_the_code(write_profile) -> None:  # type: ignore[no-untyped-def]
     path = write_profile("extends: slurm-2x4\nenv:\n  HF_TOKEN: hunter2\nslurm:\n  extra_sbatch:\n    comment: x\n")
-    plan = build_plan(load_profile(str(path)), "accelerate", TrainArgs(), run_dir="/r", python="py",
-                      workdir="/w")
-    job = plan.submitit
-    assert job is not None and plan.nodes == () and plan.files == ()
+    plan = build_plan(load_profile(str(path)), "accelerate", run_dir="/r", python="py", workdir="/w")
+    job = plan.job
+    assert job.backend == "submitit" and plan.files == ()
     parameters = dict(job.parameters)
     assert (parameters["nodes"], parameters["ntasks_per_node"], parameters["gpus_per_node"]) == (2, 4, 4)
     assert parameters["cpus_per_task"] == 8 and parameters["mem"] == "200GB" and parameters["time"] == 120
     assert parameters["additional_parameters"] == {"comment": "x"}
     assert parameters["srun_args"] == ["--kill-on-bad-exit=1"], "one dead task must end the job"
-    assert job.entry_module == "train.accelerated" and job.folder == "/r/submitit"
+    assert job.code.module == "train.accelerated" and job.folder == "/r/submitit" and job.workdir == "/w"
     text = render_text(plan)
     assert "RANK = SLURM_PROCID" in text and "MASTER_PORT = 20000 + SLURM_JOB_ID % 10000" in text
-    assert "train.accelerated.main(['--resume', '--run-dir', '/r'" in text
+    assert "python -m train.accelerated\n" in text and "LAUNCH_STOP_SIGNALS=SIGUSR2,SIGTERM" in text
     assert "HF_TOKEN=****" in text and "hunter2" not in text
 
 
@@ -210,7 +209,7 @@ def test_render_shows_every_node_command_env_and_script(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert text.count("torch.distributed.run") == 2  # both nodes' shared command, and the script's srun line
-    assert "nodes 0-1 (one SLURM task per node)" in text and "OMP_NUM_THREADS=1" in text
+    assert "every node (one SLURM task per node)" in text and "OMP_NUM_THREADS=1" in text
     assert f"file {run_dir}/job.sbatch:" in text and '--node_rank "$SLURM_NODEID"' in text
     assert "--max-steps 5" in text
     assert f"submitted with: sbatch --parsable {run_dir}/job.sbatch" in text

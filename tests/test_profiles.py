@@ -186,7 +186,13 @@ def test_all_problems_of_a_file_are_reported_together(write_profile) -> None:  #
     (["--profile", "local-cpu", "--strategy", "ddp", "--", "--epochs", "0"], ["TRAIN_ARGS: argument --epochs"]),
     (["--profile", "local-cpu", "--strategy", "ddp", "--", "--epoch", "2"], ["did you mean '--epochs'?"]),
     (["--profile", "local-cpu", "--strategy", "ddp", "--", "--run-dir", "x"], ["--run-dir is set by launch"]),
-    (["--profile", "local-cpu"], ["the following arguments are required: --strategy"]),
+    (["--profile", "local-cpu", "--script", "nope.py"], ["--script nope.py: no such file"]),
+    (["--profile", "local-cpu", "--script", "tests"], ["--script tests: is a folder, not a script"]),
+    (["--profile", "local-cpu", "--module", "no_such_pkg.train"],
+     ["--module no_such_pkg.train: does not import", "No module named 'no_such_pkg'"]),
+    (["--profile", "local-cpu", "--strategy", "trainer", "--script", "bench/handwritten_ddp.py"],
+     ["runs the bundled example train.trainer only", "use --strategy ddp"]),
+    (["--profile", "local-cpu", "--script", "a.py", "--module", "b"], ["not allowed with argument"]),
 ])
 def test_bad_command_line_exits_2_with_one_line_and_no_traceback(args: list[str], expected: list[str]) -> None:
     result = run_cli("render", *args)

@@ -23,6 +23,7 @@ from launch.backends import local
 from launch.plan import build_plan
 from launch.profile_loader import load_profile
 from launch.render import render_text
+from launch.worker import Target
 from train.args import TrainArgs, parse_train_args
 
 # Anything a process can receive: every character but NUL (and lone surrogates, which no OS string holds).
@@ -54,10 +55,15 @@ def _received(record: Path) -> dict:  # type: ignore[type-arg]
 
 
 def _plan(profile_name: str, data_dir: str, env_value: str, python: Path, run_dir: str, **options):  # type: ignore[no-untyped-def]
+    """A user's script whose arguments are hostile strings (a lone one, one after --x=, one after --)."""
     profile = replace(load_profile(profile_name), env={"USER_VALUE": env_value})
-    args = TrainArgs(dataset="mnist", data_dir=data_dir)
-    return build_plan(profile, "ddp", args, run_dir=run_dir, python=str(python), workdir=str(python.parent),
+    code = Target(script="my train.py", args=_user_args(data_dir))
+    return build_plan(profile, "ddp", code, run_dir=run_dir, python=str(python), workdir=str(python.parent),
                       **options)
+
+
+def _user_args(value: str) -> tuple[str, ...]:
+    return (value, f"--x={value}", "--", value, "-")
 
 
 @SETTINGS
@@ -65,7 +71,7 @@ def _plan(profile_name: str, data_dir: str, env_value: str, python: Path, run_di
 def test_local_workers_receive_every_string_verbatim(recorder: Path, tmp_path: Path, data_dir: str,
                                                      env_value: str) -> None:
     plan = _plan("local-cpu", data_dir, env_value, recorder, str(tmp_path / "run"))
-    (node,) = plan.nodes
+    node = plan.job.node
     record = tmp_path / "record.json"
     os.environ["RECORD_TO"] = str(record)
     try:
@@ -75,8 +81,7 @@ def test_local_workers_receive_every_string_verbatim(recorder: Path, tmp_path: P
     assert outcome.exit_code == 0
     got = _received(record)
     assert got["argv"] == list(node.argv[1:])
-    train_argv = got["argv"][got["argv"].index("train.ddp") + 1:]
-    assert parse_train_args(train_argv).data_dir == data_dir
+    assert got["argv"][got["argv"].index("my train.py") + 1:] == list(_user_args(data_dir))
     assert got["env"]["USER_VALUE"] == env_value
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
@@ -100,8 +105,9 @@ def test_sbatch_script_hands_every_string_to_the_task_verbatim(recorder: Path, t
                                "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "2"})
     assert done.returncode == 0, done.stderr
     got = _received(record)
-    expected = shell.resolve(plan.nodes[0].argv, {"SLURM_NODEID": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "20007"})
+    expected = shell.resolve(plan.job.node.argv, {"SLURM_NODEID": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "20007"})
     assert got["argv"] == expected[1:]
+    assert got["argv"][got["argv"].index("my train.py") + 1:] == list(_user_args(data_dir))
     assert got["env"]["USER_VALUE"] == env_value
     assert not (tmp_path / "pwned").exists()
 
@@ -112,9 +118,9 @@ def test_render_shows_exactly_the_argv_that_runs(recorder: Path, data_dir: str, 
     import shlex
 
     plan = _plan("local-cpu", data_dir, env_value, recorder, "/runs/r1")
-    command = shell.join(plan.nodes[0].argv)
+    command = shell.join(plan.job.node.argv)
     assert f"  command:\n    {command}\n" in render_text(plan)
-    assert shlex.split(command) == list(plan.nodes[0].argv)
+    assert shlex.split(command) == list(plan.job.node.argv)
 
 
 @settings(max_examples=200, deadline=None)

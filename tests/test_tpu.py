@@ -23,7 +23,6 @@ from launch.profile_loader import BUNDLED_DIR, load_profile
 from launch.render import render_text
 from launch.tpu import host_run_dir
 from tests.conftest import ROOT, run_cli
-from train.args import TrainArgs
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 STRATEGIES = ("ddp", "accelerate", "trainer")
@@ -58,7 +57,7 @@ HOST_PYTHON = '''#!/usr/bin/env python3
 sleeps when HOST_SLEEP says so (to be cancelled)."""
 import json, os, sys, time
 argv = sys.argv[1:]
-run_dir = argv[argv.index("--run-dir") + 1]
+run_dir = os.environ["LAUNCH_RUN_DIR"]
 os.makedirs(run_dir, exist_ok=True)
 with open(os.path.join(os.environ["HOME"], "host-python.json"), "w") as record:
     json.dump({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid()}, record)
@@ -75,7 +74,7 @@ with open(os.path.join(run_dir, "metrics.jsonl"), "w") as metrics:
 
 
 def _tpu_plan(profile: str, strategy: str):  # type: ignore[no-untyped-def]
-    return build_plan(load_profile(profile), strategy, TrainArgs(epochs=1), run_dir="/runs/r1",
+    return build_plan(load_profile(profile), strategy, args=("--epochs", "1"), run_dir="/runs/r1",
                       python="/opt/venv/bin/python", workdir="/project")
 
 
@@ -93,21 +92,21 @@ def test_tpu_render_matches_its_reviewed_golden_file(profile: str) -> None:
 
 def test_single_tpu_vm_runs_here_one_process_per_chip_through_torch_xla() -> None:
     plan = _tpu_plan("tpu-v4-8", "ddp")
-    node, = plan.nodes
+    node = plan.job.node
     assert node.argv[:4] == ("/opt/venv/bin/python", "-m", "train.xla", "train.ddp")
-    assert ("PJRT_DEVICE", "TPU") in node.env and plan.submit_argv == () and plan.host_run_dir is None
-    accelerate, = _tpu_plan("tpu-v4-8", "accelerate").nodes
+    assert ("PJRT_DEVICE", "TPU") in node.env and plan.job.backend == "local"
+    accelerate = _tpu_plan("tpu-v4-8", "accelerate").job.node
     assert accelerate.argv[1:6] == ("-m", "accelerate.commands.launch", "--config_file",
                                     "/runs/r1/accelerate_config.yaml", "-m")
 
 
 def test_pod_plan_is_one_gcloud_command_for_every_host() -> None:
     plan = _tpu_plan("tpu-v4-32", "trainer")
-    assert len(plan.nodes) == WORKERS and len({(n.argv, n.env, n.cwd) for n in plan.nodes}) == 1
-    assert plan.submit_argv[:12] == ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone",
+    assert plan.job.backend == "gcloud"
+    assert plan.job.submit_argv[:12] == ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone",
                                      "us-central2-b", "--project", "my-gcp-project", "--worker=all", "--command")
-    assert plan.nodes[0].argv[:4] == ("python3", "-m", "train.xla", "train.trainer")
-    assert plan.train_args.run_dir == host_run_dir("/runs/r1") and plan.nodes[0].cwd == "launch"
+    assert plan.job.node.argv[:4] == ("python3", "-m", "train.xla", "train.trainer")
+    assert dict(plan.env)["LAUNCH_RUN_DIR"] == host_run_dir("/runs/r1") and plan.job.node.cwd == "launch"
     # Two local folders of one name never share a folder (and its checkpoints) on the hosts; one folder keeps its own.
     assert host_run_dir("/a/exp") != host_run_dir("/b/exp") and host_run_dir("/a/exp") == host_run_dir("/a/exp")
     assert host_run_dir("/a/exp").startswith("runs/exp-")
@@ -161,12 +160,12 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
     reported = run_cli("report", str(run_dir), "--output", str(tmp_path / "pod.png"), cwd=tmp_path, env=env)
     assert reported.returncode == 0 and "50.00%" in reported.stdout, reported.stderr  # the fetched metrics
 
-    plan = build_plan(load_profile(str(profile)), strategy, TrainArgs(epochs=1), run_dir=str(run_dir),
+    plan = build_plan(load_profile(str(profile)), strategy, args=("--epochs", "1"), run_dir=str(run_dir),
                       python="unused", workdir="unused")
     for worker in range(WORKERS):  # each host ran exactly the plan's argv, with its variables, in its folder
         host = _host_record(tmp_path, worker)
-        assert [plan.nodes[0].argv[0], *host["argv"]] == list(plan.nodes[0].argv)
-        assert {name: host["env"].get(name) for name, _ in plan.nodes[0].env} == dict(plan.nodes[0].env)
+        assert [plan.job.node.argv[0], *host["argv"]] == list(plan.job.node.argv)
+        assert {name: host["env"].get(name) for name, _ in plan.job.node.env} == dict(plan.job.node.env)
         assert host["env"]["ODD_VALUE"] == "it's $(not run); `x`"
         assert host["cwd"] == str(tmp_path / "hosts" / f"worker-{worker}" / "project")
     shown = run_cli("logs", str(run_dir), "--rank", "8", cwd=tmp_path, env=env)  # from the host that has it
@@ -178,7 +177,7 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
 
         written = tmp_path / "hosts" / "worker-3" / "project" / on_hosts / "accelerate_config.yaml"
         assert not list(written.parent.glob("accelerate_config.yaml.*")), "no staged copy left behind"
-        assert written.read_text() == plan.host_files[0].text
+        assert written.read_text() == plan.job.host_files[0].text
         loaded = load_config_from_file(str(written))
         assert (loaded.distributed_type.value, loaded.tpu_name, loaded.tpu_use_cluster) == ("XLA", "my-tpu-v4-32",
                                                                                               False)
@@ -203,7 +202,7 @@ def test_cancel_stops_gcloud_here_and_the_run_on_every_host(fake_cloud) -> None:
     stop = _gcloud_calls(tmp_path)[-1]
     assert stop[:11] == ["compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone", "us-central2-b",
                          "--project", "my-gcp-project", "--worker=all", "--command"]
-    assert "pkill -TERM -f" in stop[11] and "runs/pod-cancel" in stop[11]
+    assert "LAUNCH_RUN_DIR=runs/pod-cancel-" in stop[11] and "kill -TERM" in stop[11]
     deadline = time.monotonic() + 30
     while any(Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid) for pid in pids):
         assert time.monotonic() < deadline, "a host process outlived cancel"
@@ -229,7 +228,7 @@ def test_the_real_gcloud_parses_our_commands(tmp_path: Path) -> None:
     if shutil.which("gcloud") is None:
         pytest.skip("the Google Cloud CLI is not installed here")
     plan = _tpu_plan("tpu-v4-32", "accelerate")
-    for argv in (plan.submit_argv, plan.after_argv):
+    for argv in (plan.job.submit_argv, plan.job.after_argv):
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
                               env={**os.environ, "CLOUDSDK_CONFIG": str(tmp_path / "gcloud-config"),
                                    "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"})

@@ -16,12 +16,13 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from launch import job
 from train import checkpoint
 from train.args import TrainArgs
 from train.checkpoint import Position
 from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv, all_gather_objects, join_process_group
-from train.entry import exit_worker, run_entrypoint
+from train.entry import run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
 
@@ -168,4 +169,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_worker(main())
+    job.exit(main())

@@ -6,11 +6,14 @@ import argparse
 import difflib
 from dataclasses import dataclass, fields
 
+from launch.devices import default_dist_backend
+
 DATASETS = ("synthetic", "mnist")
 DEVICES = ("auto", "cpu", "cuda", "xla")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "xla")
 
-# Set by the launcher from the profile and the run folder; a user passing them after `--` is told so.
+# Given by launch through the environment (launch.job); a user passing them to launch after `--` is told so.
+# Each can still be given on the command line when the example runs without launch.
 LAUNCHER_OWNED = ("--run-dir", "--device", "--dist-backend", "--profile-name", "--resume", "--rendezvous-timeout")
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are 32-bit here
 
@@ -86,11 +89,6 @@ _positive_float.__name__ = "positive finite number"
 _seed.__name__ = f"seed (0 to {MAX_SEED})"
 
 
-def default_dist_backend(device_type: str) -> str:
-    """The usual torch.distributed backend for a device: NCCL between GPUs, gloo on CPUs, XLA's own on TPUs."""
-    return {"cuda": "nccl", "cpu": "gloo", "xla": "xla"}[device_type]
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="TRAIN_ARGS", add_help=False, exit_on_error=False,
                                      allow_abbrev=False)
@@ -130,3 +128,28 @@ def parse_train_args(argv: list[str] | tuple[str, ...]) -> TrainArgs:
     if args.resume and args.run_dir is None:
         raise TrainArgsError("--resume needs --run-dir, the folder whose checkpoints it continues from")
     return args
+
+
+def check_launch_argv(argv: list[str]) -> TrainArgs:
+    """The arguments given after ``launch ... --``: parsed strictly, and none of those launch sets itself."""
+    for flag in LAUNCHER_OWNED:
+        if any(arg == flag or arg.startswith(flag + "=") for arg in argv):
+            raise TrainArgsError(f"{flag} is set by launch from the profile and the run folder; use launch's own "
+                                 "options (--run-dir before '--')")
+    return parse_train_args(argv)
+
+
+def with_job_defaults(args: TrainArgs) -> TrainArgs:
+    """What the command line left unset, from what launch gave this job (launch.job); as given otherwise."""
+    from dataclasses import replace
+
+    from launch import job
+
+    me = job.info()
+    given = {"run_dir": args.run_dir or (str(me.run_dir) if me.run_dir else None),
+             "device": args.device if args.device != "auto" else me.device,
+             "dist_backend": args.dist_backend if args.dist_backend != "auto" else me.dist_backend,
+             "profile_name": args.profile_name or me.profile or None,
+             "resume": args.resume or me.resume,
+             "rendezvous_timeout": args.rendezvous_timeout or me.rendezvous_timeout_s}
+    return replace(args, **given)

@@ -1,4 +1,5 @@
-"""Checkpoints in the run folder: staged in a temporary folder, renamed into place, then pointed at.
+"""The examples' checkpoints: RNG states, resuming and stopping at a step (the run folder's layout and the
+atomic publishing are launch.checkpoints').
 
 ``checkpoints/latest.json`` names the last complete checkpoint. It is replaced atomically, only after the
 checkpoint it names is whole, so a job killed at any moment leaves either the old pointer or the new one.
@@ -6,10 +7,7 @@ checkpoint it names is whole, so a job killed at any moment leaves either the ol
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-from dataclasses import asdict, dataclass
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,25 +15,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from train import stop
+from launch import job
 from train.dist_env import all_gather_objects
 from train.reporting import Progress, Reporter
-from train.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint, write_json_atomic
+from launch.checkpoints import Position, point_at, publish, stage, staging_path  # noqa: F401 - for the examples
+from launch.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint
 
-KEEP = 2  # complete checkpoints kept; older ones are removed once a newer one is in place
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be resumed from here; the message says why and what to do."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Position:
-    """Where training stands: optimizer steps taken, the epoch under way (1-based), its batches done."""
-
-    step: int = 0
-    epoch: int = 1
-    batches_in_epoch: int = 0
 
 
 def rng_state(device: torch.device | None = None) -> dict[str, Any]:
@@ -72,51 +61,6 @@ def to_cpu(value: Any) -> Any:  # noqa: ANN401
     if isinstance(value, (list, tuple)):
         return type(value)(to_cpu(item) for item in value)
     return value
-
-
-def staging_path(run_dir: str | Path, step: int) -> Path:
-    """The temporary folder the checkpoint of ``step`` is written into, the same on every rank."""
-    return Path(run_dir) / CHECKPOINTS / f".step-{step:08d}.tmp"
-
-
-def stage(run_dir: str | Path, step: int) -> Path:
-    """An empty staging folder for ``step`` (left-overs of a crash removed); made by one process."""
-    staged = staging_path(run_dir, step)
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir(parents=True)
-    return staged
-
-
-def publish(run_dir: str | Path, staged: Path, position: Position, *, strategy: str, world_size: int) -> Path:
-    """Rename a fully written staged folder into place, point ``latest.json`` at it, prune old ones.
-
-    Folders are named by position, so a folder ``latest.json`` names is never replaced (the same step is
-    saved again at an epoch's end, at the next position)."""
-    final = staged.with_name(f"step-{position.step:08d}-epoch-{position.epoch:05d}-{position.batches_in_epoch:06d}")
-    if final.exists():  # this very position is saved already
-        shutil.rmtree(staged)
-    else:
-        os.replace(staged, final)
-    for stale in staged.parent.glob(".step-*.tmp"):  # staged by a process killed before it could publish
-        shutil.rmtree(stale, ignore_errors=True)
-    point_at(run_dir, final, position, strategy=strategy, world_size=world_size)
-    return final
-
-
-def point_at(run_dir: str | Path, checkpoint: Path, position: Position, *, strategy: str, world_size: int) -> None:
-    """Make ``checkpoint`` (complete, inside the run folder) the one a resumed run continues from."""
-    root = Path(run_dir)
-    (root / CHECKPOINTS).mkdir(exist_ok=True)
-    write_json_atomic(root / CHECKPOINTS / LATEST_CHECKPOINT,
-                      {**asdict(position), "path": str(checkpoint.relative_to(root)), "strategy": strategy,
-                       "world_size": world_size})
-    _prune(root / CHECKPOINTS, keep=checkpoint)
-
-
-def _prune(folder: Path, *, keep: Path) -> None:
-    complete = sorted(path for path in folder.glob("step-*") if path.is_dir() and path != keep)
-    for old in complete[:max(0, len(complete) - (KEEP - 1))]:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_size: int) -> dict[str, Any] | None:
@@ -205,8 +149,8 @@ def after_step(position: Position, *, every: int | None, device: torch.device,
                save: Callable[[Position], None]) -> None:
     """Between steps: save when ``--checkpoint-every`` says so or when a stop was requested (agreed by every
     rank), then honour the stop by raising ``StopRequested``."""
-    signum = stop.agreed(device)
+    signum = job.agreed_stop(device)
     if signum is not None or (every and position.step % every == 0):
         save(position)
     if signum is not None:
-        raise stop.StopRequested(signum, position.step)
+        raise job.StopRequested(position.step, signum)

@@ -18,12 +18,13 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from launch import job
 from train import checkpoint
 from train.args import TrainArgs
 from train.checkpoint import Position, rng_state, set_rng_state, to_cpu
 from train.data import Datasets, load_datasets
 from train.dist_env import DistEnv, all_gather_objects, init_process_group
-from train.entry import exit_worker, run_entrypoint
+from train.entry import run_entrypoint
 from train.model import Net, build_optimizer
 from train.reporting import Progress, Reporter, parameter_digest
 
@@ -224,4 +225,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_worker(main())
+    job.exit(main())

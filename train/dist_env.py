@@ -1,20 +1,16 @@
-"""Who this process is, from torch's contract (RANK, WORLD_SIZE, LOCAL_RANK, ...), and its log file."""
+"""Who this process is (``launch.job``, or PJRT on XLA), and the process group made with launch's timeout."""
 
 from __future__ import annotations
 
 import os
-import sys
-import threading
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
 
 from train.args import TrainArgs
-from train.masking import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, mask, scrub, secret_values
+from launch import job
+from launch.secrets import mask, secret_values
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,27 +33,20 @@ class DistEnv:
 
     @classmethod
     def from_environ(cls) -> DistEnv:
-        """Values torchrun (or the SLURM bootstrap) set; a plain single process when they are absent."""
-        env = os.environ
-        world_size = int(env.get("WORLD_SIZE", 1))
-        local_world_size = int(env.get("LOCAL_WORLD_SIZE", world_size))
-        return cls(rank=int(env.get("RANK", 0)), local_rank=int(env.get("LOCAL_RANK", 0)),
-                   world_size=world_size, local_world_size=local_world_size,
-                   node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
-                   num_nodes=int(env.get("GROUP_WORLD_SIZE", max(1, world_size // local_world_size))),
-                   launched="RANK" in env and "WORLD_SIZE" in env,
-                   master_addr=env.get("MASTER_ADDR", ""), master_port=env.get("MASTER_PORT", ""),
-                   plan_env=_names(env.get(PLAN_ENV_VARIABLE, "")),
-                   secret_names=_names(env.get(SECRET_NAMES_VARIABLE, "")))
+        """Values torchrun (or the SLURM task) set; a plain single process when they are absent."""
+        me = job.info()
+        return cls(rank=me.rank, local_rank=me.local_rank, world_size=me.world_size,
+                   local_world_size=me.local_world_size, node_rank=me.node_rank, num_nodes=me.num_nodes,
+                   launched=me.launched, master_addr=me.master_addr, master_port=me.master_port,
+                   plan_env=me.plan_env, secret_names=me.secret_names)
 
     @classmethod
     def from_xla(cls) -> DistEnv:
         """On an XLA device: PJRT's runtime says who this process is (torch_xla's launcher sets no RANK)."""
         from train import xla
 
-        env = os.environ
-        return cls(**xla.placement(), launched=True, plan_env=_names(env.get(PLAN_ENV_VARIABLE, "")),
-                   secret_names=_names(env.get(SECRET_NAMES_VARIABLE, "")))
+        me = job.info()
+        return cls(**xla.placement(), launched=True, plan_env=me.plan_env, secret_names=me.secret_names)
 
     @classmethod
     def for_device(cls, device: str) -> DistEnv:
@@ -70,10 +59,6 @@ class DistEnv:
     @staticmethod
     def secret_values() -> tuple[str, ...]:
         return secret_values(os.environ)
-
-
-def _names(listed: str) -> tuple[str, ...]:
-    return tuple(name for name in listed.split(",") if name)
 
 
 class RendezvousError(RuntimeError):
@@ -161,112 +146,3 @@ def _attempt_store(env: DistEnv, timeout: object) -> object | None:
     return dist.PrefixStore(f"launch/attempt-{attempt}", client)
 
 
-class Console:
-    """The terminal (or pipe) the main rank was started from: output lines, and below them one status line
-    (a progress bar) that is redrawn in place, on a terminal only."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.live = os.isatty(fd)
-        self._lock = threading.Lock()
-        self._status = b""
-
-    def write(self, data: bytes) -> None:
-        with self._lock:
-            self._write(b"\r\x1b[K" + data + self._status if self._status else data)
-
-    def status(self, text: str) -> None:
-        """Show ``text`` as the status line (empty: remove it); a no-op when this is not a terminal."""
-        with self._lock:
-            if self.live:
-                self._status = text.encode()
-                self._write(b"\r\x1b[K" + self._status)
-
-    def close(self) -> None:
-        with self._lock:
-            if self.fd < 0:
-                return
-            if self._status:
-                self._write(b"\r\x1b[K")
-            os.close(self.fd)
-            self.fd, self.live, self._status = -1, False, b""
-
-    def _write(self, data: bytes) -> None:
-        """Everything, or nothing more once the console is gone (a closed terminal, a dropped ssh session, a
-        reader that stopped): the rank log goes on, and the process never blocks on its output."""
-        view = memoryview(data)
-        try:
-            while view and self.fd >= 0:
-                view = view[os.write(self.fd, view):]
-        except OSError:
-            self.live, self._status = False, b""
-            os.close(self.fd)
-            self.fd = -1
-
-
-@contextmanager
-def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Iterator[Console | None]:
-    """While inside, this process's stdout and stderr (Python's and native code's) go to ``path``; with
-    ``echo``, to the console it had as well, which it yields (for a progress bar). Every rank keeps a complete
-    log, tracebacks included; only the main rank's reaches the terminal. Secret values are masked on the way.
-    On the way out the console is restored (a notebook keeps its own)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = {fd: os.dup(fd) for fd in (1, 2)}
-    console = Console(os.dup(saved[1])) if echo else None
-    with open(path, "ab", buffering=0) as log:
-        pump = _start_tee(log, console, secrets) if echo or secrets else None
-        if pump is None:
-            for fd in (1, 2):
-                os.dup2(log.fileno(), fd)
-        failure = ""
-        try:
-            yield console
-        except BaseException as error:
-            failure = "" if getattr(error, "expected", False) else traceback.format_exc()
-            raise
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, original in saved.items():
-                os.dup2(original, fd)
-                os.close(original)
-            if pump is not None:
-                pump.join(timeout=10)
-            log.write(scrub(failure, secrets).encode())
-
-
-def _start_tee(log: BinaryIO, console: Console | None, secrets: tuple[str, ...]) -> threading.Thread:
-    """Point stdout and stderr at a pipe whose reader copies everything to the log (and the console)."""
-    read_end, write_end = os.pipe()
-    for fd in (1, 2):
-        os.dup2(write_end, fd)
-    os.close(write_end)
-    pump = threading.Thread(target=_pump, args=(read_end, log, console, secrets), daemon=True)
-    pump.start()
-    return pump
-
-
-def _pump(read_end: int, log: BinaryIO, console: Console | None, secrets: tuple[str, ...]) -> None:
-    """Copy whole lines, with secrets masked (a secret split across two reads is still masked)."""
-    pending = b""
-    with os.fdopen(read_end, "rb", buffering=0) as source:
-        while chunk := source.read(65536):
-            pending += chunk
-            cut = pending.rfind(b"\n") + 1 if len(pending) < 1 << 20 else len(pending)
-            _write(log, console, pending[:cut], secrets)
-            pending = pending[cut:]
-    _write(log, console, pending, secrets)
-    if console is not None:
-        console.close()
-
-
-def _write(log: BinaryIO, console: Console | None, data: bytes, secrets: tuple[str, ...]) -> None:
-    if not data:
-        return
-    if secrets:
-        data = scrub(data.decode(errors="surrogateescape"), secrets).encode(errors="surrogateescape")
-    log.write(data)
-    if console is not None:
-        console.write(data)

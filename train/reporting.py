@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +12,9 @@ from typing import Any
 
 import torch
 
-from train.dist_env import Console
-from train.masking import scrub, scrub_data, secret_values
-from train.layout import METRICS, RESULT, rank_state_path, write_json_atomic
+from launch import job
+from launch.secrets import scrub_data, secret_values
+from launch.layout import METRICS, RESULT, write_json_atomic
 
 
 @dataclass
@@ -51,12 +49,12 @@ class Progress:
 class Reporter:
     """Prints and records metrics on the main process; every other process stays quiet."""
 
-    def __init__(self, run_dir: str | None, *, is_main: bool, console: Console | None = None) -> None:
+    def __init__(self, run_dir: str | None, *, is_main: bool) -> None:
         self.run_dir = Path(run_dir) if run_dir and is_main else None
         self.is_main = is_main
         self.started = time.perf_counter()
         self.secrets = secret_values(os.environ)  # masked in everything written
-        self.console = console if is_main and console is not None and console.live else None
+        self.live = is_main and job.at_terminal()  # a progress bar under the log lines
         self.last_loss = float("nan")  # the last logged loss, shown in the progress bar
         self._drawn = 0.0
 
@@ -81,14 +79,14 @@ class Reporter:
     def tick(self, epoch: int, step: int, total_steps: int, samples_per_second: float) -> None:
         """After every step: the progress bar under the log lines, on a terminal only (at most 5 redraws/s)."""
         now = time.perf_counter()
-        if self.console is None or (now - self._drawn < PROGRESS_REDRAW_S and step < total_steps):
+        if not self.live or (now - self._drawn < PROGRESS_REDRAW_S and step < total_steps):
             return
         self._drawn = now
-        self.console.status(progress_bar(epoch, step, total_steps, self.last_loss, samples_per_second))
+        job.status_line(progress_bar(epoch, step, total_steps, self.last_loss, samples_per_second))
 
     def tick_loop(self, epoch: int, progress: Progress, world_size: int, epoch_started: float) -> None:
         """``tick`` for the hand-written loops, whose Progress counts this process's samples."""
-        if self.console is not None:
+        if self.live:
             self.tick(epoch, progress.step, progress.total_steps, progress.rate(world_size, epoch_started))
 
     def epoch_end(self, epoch: int, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
@@ -99,8 +97,8 @@ class Reporter:
 
     def finish(self, **result: Any) -> dict[str, Any]:
         """Write result.json (atomically) with the wall time since start; return what was written."""
-        if self.console is not None:
-            self.console.status("")
+        if self.live:
+            job.status_line("")
         result = scrub_data({**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}, self.secrets)
         if self.run_dir is not None:
             write_json_atomic(self.run_dir / RESULT, result)
@@ -117,21 +115,6 @@ def progress_bar(epoch: int, step: int, total_steps: int, loss: float, samples_p
     shown_loss = "" if loss != loss else f" loss {loss:.4f}"  # NaN before the first logged loss
     return (f"epoch {epoch} [{'#' * done}{'.' * (BAR_WIDTH - done)}] {step}/{total_steps}{shown_loss} "
             f"{samples_per_second:.0f} samples/s")
-
-
-def record_rank(run_dir: str | None, rank: int, status: str, error: BaseException | None = None, *,
-                reason: str = "") -> None:
-    """Record this rank's pid and how far it got (running, finished, failed, stopped), for the launcher's
-    report of which rank failed first; a rank killed from outside stays "running" with a dead pid."""
-    if run_dir is None:
-        return
-    note = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "status": status, "time": time.time(),
-            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    if error is not None:
-        reason = f"{type(error).__name__}: {error}".splitlines()[0][:500]
-    if reason:
-        note["error"] = scrub(reason, secret_values(os.environ))
-    write_json_atomic(rank_state_path(run_dir, rank), note)
 
 
 def parameter_digest(model: torch.nn.Module) -> str:

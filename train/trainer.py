@@ -15,11 +15,12 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from train import checkpoint, stop
+from launch import job
+from train import checkpoint
 from train.args import TrainArgs
 from train.data import load_datasets
 from train.dist_env import DistEnv, all_gather_objects, join_process_group
-from train.entry import exit_worker, run_entrypoint
+from train.entry import run_entrypoint
 from train.model import Net
 from train.reporting import Reporter, parameter_digest
 
@@ -95,7 +96,7 @@ def _checkpoint_callback(args: TrainArgs, world_size: int):  # type: ignore[no-u
         saved_step = -1
 
         def on_step_end(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
-            self.stopped = stop.agreed(targs.device)
+            self.stopped = job.agreed_stop(targs.device)
             if self.stopped is not None:
                 control.should_save, control.should_training_stop = True, True
 
@@ -155,7 +156,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
         reporter.say(checkpoint.resumed_message(record))
     outcome = trainer.train(resume_from_checkpoint=str(Path(args.run_dir or ".") / record["path"]) if record else None)
     if saves.stopped is not None:
-        raise stop.StopRequested(saves.stopped, trainer.state.global_step)
+        raise job.StopRequested(trainer.state.global_step, saves.stopped)
     evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
     final = evaluations[-1] if evaluations else trainer.evaluate()  # eval_strategy=epoch ends with one
     digests = all_gather_objects(parameter_digest(trainer.accelerator.unwrap_model(trainer.model)))
@@ -188,4 +189,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_worker(main())
+    job.exit(main())

@@ -12,8 +12,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-INSTALL_HINT = ("install it with launch's tpu extra (pip install 'launch[tpu]'), a torch_xla release that matches "
-                "this torch exactly; see https://github.com/pytorch/xla#installation")
+from launch.devices import XLA_INSTALL_HINT, xla_unavailable
 
 
 class XlaUnavailable(RuntimeError):
@@ -25,13 +24,8 @@ def require() -> ModuleType:
     try:
         import torch_xla
     except ImportError as error:
-        raise XlaUnavailable(f"{unavailable()} ({error}); {INSTALL_HINT}") from None
+        raise XlaUnavailable(f"{xla_unavailable()} ({error}); {XLA_INSTALL_HINT}") from None
     return torch_xla
-
-
-def unavailable() -> str:
-    """What is wrong where torch_xla cannot be imported (for this error and for submit's own check)."""
-    return f"device xla needs torch_xla, which {sys.executable} cannot import"
 
 
 def device() -> Any:  # noqa: ANN401 - a torch.device of type xla
@@ -86,8 +80,14 @@ def set_rng_state(seed: int) -> None:
 
 
 def _run_module(index: int, module_name: str, argv: list[str]) -> int:
-    module = importlib.import_module(module_name)
-    return int(module.main(argv) or 0)
+    """One device's process: the module's main as one rank of the job (its log and record kept by launch)."""
+    from launch import worker
+
+    rank = placement()["rank"]
+    status = worker.run_here(lambda: importlib.import_module(module_name).main(argv), rank=rank)
+    if status:
+        raise SystemExit(status)  # torch_xla's launcher reports a failed process
+    return 0
 
 
 def launch(module_name: str, argv: list[str]) -> None:
@@ -104,6 +104,6 @@ if __name__ == "__main__":
     from train import xla  # by its name: the spawned processes import the function they run from there
 
     xla.launch(sys.argv[1], sys.argv[2:])
-    from train.entry import exit_worker
+    from launch import job
 
-    exit_worker(0)
+    job.exit(0)

@@ -1,49 +1,82 @@
 """Backends: where and how a plan runs. The only code that starts processes or talks to a scheduler.
 
-A run folder's state.json names its backend; ``status`` and ``cancel`` dispatch on it.
+Each backend implements ``Backend`` and is one line of ``BACKENDS`` (imported when first used, so that
+``render`` never pays for another backend's imports). A plan's job names its backend; a run folder's
+state.json records it, and ``status``, ``logs`` and ``cancel`` dispatch on that record.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from launch import runs
 
+if TYPE_CHECKING:
+    from launch.plan import LaunchPlan
+
+State = dict[str, Any]
+
+BACKENDS: dict[str, str] = {  # name -> "module:object"
+    "local": "launch.backends.local:BACKEND",
+    "submitit": "launch.backends.slurm:SUBMITIT",
+    "sbatch": "launch.backends.slurm:SBATCH",
+    "gcloud": "launch.backends.gcloud:BACKEND",
+}
 ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
           "requeue_fed", "suspended", "resizing", "signaling", "stage_out"}
 
 
-def status(run_dir: Path) -> dict[str, object]:
-    """The run's state, refreshed from its backend (a process check, or SLURM)."""
+class Backend(Protocol):
+    name: str
+
+    def render(self, plan: LaunchPlan) -> list[str]:
+        """The job's part of ``render``: what is run where, and how it is handed over."""
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        """Fail (SubmitError) before anything is written or queued when this machine cannot run the plan."""
+
+    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+        """Run the plan (the run folder is ready); its exit status, or WorkerFailure naming the first failure."""
+
+    def status(self, run_dir: Path, state: State) -> State:
+        """The recorded state, refreshed from wherever the job runs."""
+
+    def cancel(self, run_dir: Path, state: State) -> bool:
+        """Stop the job; False when it is not running."""
+
+    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
+        """Print a rank's log (and what it adds until the job ends, with ``follow``)."""
+
+
+def get(name: str) -> Backend:
+    module, _, attribute = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+
+
+def recorded(run_dir: Path) -> tuple[Backend, State]:
+    """The backend a run folder's state names, and that state (a run never started is a local one)."""
     state = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
-    if state.get("backend") == "slurm":
-        from launch.backends import slurm
-
-        return slurm.current_status(run_dir, state)
-    from launch.backends import local
-
-    return local.current_status(run_dir)
+    name = str(state.get("backend", "local"))
+    return get(name if name in BACKENDS else "local"), state
 
 
-def is_active(state: dict[str, object]) -> bool:
+def status(run_dir: Path) -> State:
+    backend, state = recorded(run_dir)
+    return backend.status(run_dir, state)
+
+
+def is_active(state: State) -> bool:
     """Whether the run's job may still be running (a local job whose launcher is gone counts)."""
     return state.get("status") in ACTIVE or state.get("job_alive") is True
 
 
 def cancel(run_dir: Path) -> bool:
-    """Stop the run's job; False when it is not running."""
-    state = status(run_dir)
-    if state.get("backend") == "tpu":  # the hosts may run on after gcloud here has ended
-        from launch.backends import tpu
+    backend, state = recorded(run_dir)
+    return backend.cancel(run_dir, backend.status(run_dir, state))
 
-        return tpu.cancel(run_dir, state)
-    if not is_active(state):
-        return False
-    if state.get("backend") == "slurm":
-        from launch.backends import slurm
 
-        slurm.cancel(str(state["job_id"]))
-        return True
-    from launch.backends import local
-
-    return local.cancel(run_dir)
+def logs(run_dir: Path, *, rank: int, follow: bool) -> None:
+    backend, state = recorded(run_dir)
+    backend.logs(run_dir, state, rank=rank, follow=follow)

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch import runs, shell
-from launch.errors import SubmitError
-from launch.plan import LaunchPlan, NodeCommand
+from launch.backends import State
+from launch.devices import XLA_INSTALL_HINT, xla_unavailable
+from launch.errors import SubmitError, WorkerFailure
+from launch.job import RUN_DIR
+from launch.lifetime import die_with_parent
+from launch.plan import LaunchPlan, LocalJob, NodeCommand
 from launch.profile import Profile
-from train import xla
-from train.lifetime import die_with_parent
+from launch.render import file_lines, node_lines
 
 STOP_GRACE_S = 20.0
 THEN_TIMEOUT_S = 600
@@ -29,7 +32,7 @@ def preflight(profile: Profile) -> None:
     """Fail before starting anything when this machine cannot host the profile."""
     if profile.device == "xla":
         if importlib.util.find_spec("torch_xla") is None:  # found, not imported: that takes seconds
-            raise SubmitError(f"{profile.source}: {xla.unavailable()}", xla.INSTALL_HINT)
+            raise SubmitError(f"{profile.source}: {xla_unavailable()}", XLA_INSTALL_HINT)
         return
     if profile.device != "cuda":
         return
@@ -55,9 +58,6 @@ class Outcome:
     cancelled: bool
 
 
-def run(plan: LaunchPlan) -> Outcome:
-    """Run the plan's node in the foreground; see ``run_node``."""
-    return run_node(Path(plan.run_dir), _single_node(plan))
 
 
 def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | None = None,
@@ -105,7 +105,7 @@ def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record:
     written to disk.
     """
     run_dir = Path(plan.run_dir)
-    node = node or _single_node(plan)
+    node = node or _job(plan).node
     with open(run_dir / "launcher.log", "ab") as log:
         launcher = subprocess.Popen([sys.executable, "-m", "launch.backends.local", str(run_dir)],
                                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
@@ -116,9 +116,8 @@ def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record:
     return launcher.pid
 
 
-def current_status(run_dir: Path) -> dict[str, object]:
+def current_status(run_dir: Path, state: State) -> State:
     """The run's recorded state, with 'running' checked against the launcher process really being there."""
-    state: dict[str, object] = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
     if state.get("status") == "running" and not _same_process(state, "launcher"):
         job_alive = _same_process(state, "job")
         lost = "lost (its launcher process is gone" + ("; the job still runs, `cancel` stops it)" if job_alive else ")")
@@ -126,9 +125,8 @@ def current_status(run_dir: Path) -> dict[str, object]:
     return state
 
 
-def cancel(run_dir: Path) -> bool:
+def cancel(run_dir: Path, state: State) -> bool:
     """Ask a run's launcher to stop its job (or the job itself, if its launcher is gone); False if not running."""
-    state = runs.read_json(run_dir / runs.STATE) or {}
     if state.get("status") != "running":
         return False
     for role in ("launcher", "job"):
@@ -157,10 +155,10 @@ def _same_process(state: dict[str, object], role: str) -> bool:
     return isinstance(pid, int) and started is not None and process_started(pid) == started
 
 
-def _single_node(plan: LaunchPlan) -> NodeCommand:
-    if len(plan.nodes) != 1:
-        raise SubmitError(f"the local backend runs one node, the plan has {len(plan.nodes)}")
-    return plan.nodes[0]
+def _job(plan: LaunchPlan) -> LocalJob:
+    if not isinstance(plan.job, LocalJob):
+        raise SubmitError(f"the local backend runs a local job, not a {plan.job.backend} one")
+    return plan.job
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -180,14 +178,14 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
 def _stop_stragglers(run_dir: Path) -> None:
     """Kill workers that outlived their launcher (torchrun killed by SIGKILL leaves them in their own sessions).
 
-    A recorded pid counts only while its command line still names this run folder, so a reused pid is safe.
+    A recorded pid counts only while its environment still names this run folder, so a reused pid is safe.
     """
     import psutil
 
     for pid in runs.rank_pids(run_dir):
         try:
             worker = psutil.Process(pid)
-            if str(run_dir) in " ".join(worker.cmdline()):
+            if worker.environ().get(RUN_DIR) == str(run_dir.absolute()):
                 worker.kill()
         except psutil.Error:
             continue
@@ -218,6 +216,50 @@ def _detached_main(run_dir: str) -> int:
     given = json.loads(sys.stdin.read())
     return run_node(Path(run_dir), _node_from_json(given["node"]), record=given["record"],
                     then=tuple(given["then"])).exit_code
+
+
+class LocalBackend:
+    """This machine: the node's launcher (torchrun, accelerate launch) as a child, or detached."""
+
+    name = "local"
+
+    def render(self, plan: LaunchPlan) -> list[str]:
+        job = _job(plan)
+        return [*node_lines(job.node, f"node 0 ({job.where})", plan.profile.secrets), *file_lines(job.files)]
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        preflight(plan.profile)
+
+    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+        run_dir = Path(plan.run_dir)
+        print(f"run dir: {run_dir}", flush=True)
+        if detach:
+            launcher_pid = start_detached(plan)
+            print(f"started in the background (launcher pid {launcher_pid}); follow it with: "
+                  f"python -m launch logs {shlex.quote(str(run_dir))} --follow")
+            return 0
+        outcome = run_node(run_dir, _job(plan).node)
+        if outcome.cancelled:
+            raise WorkerFailure(f"the job was cancelled; rank logs: {run_dir / runs.LOGS}", exit_status=130)
+        if outcome.exit_code != 0:
+            raise WorkerFailure(runs.failure_message(run_dir, outcome.exit_code), exit_status=outcome.exit_code)
+        print(runs.result_summary(run_dir))
+        return 0
+
+    def status(self, run_dir: Path, state: State) -> State:
+        return current_status(run_dir, state)
+
+    def cancel(self, run_dir: Path, state: State) -> bool:
+        return cancel(run_dir, state)
+
+    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
+        from launch import backends
+
+        runs.print_log(runs.rank_log_path(run_dir, rank), rank,
+                       still_running=lambda: follow and backends.is_active(backends.status(run_dir)))
+
+
+BACKEND = LocalBackend()
 
 
 if __name__ == "__main__":

@@ -1,21 +1,27 @@
-"""Run a plan on SLURM: hand its batch script to sbatch, then follow the job through scontrol."""
+"""Run a plan on SLURM, through submitit (one task per process) or sbatch (a batch script, one task per node),
+then follow the job through scontrol. The two launchers differ in how they submit and render; status, logs,
+cancel and following are SLURM's, shared."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from launch import runs
-from launch.errors import SubmitError
-from launch.plan import LaunchPlan
-from train.masking import looks_secret
+from launch.backends import State
+from launch.errors import SubmitError, WorkerFailure
+from launch.plan import LaunchPlan, SbatchJob
+from launch.render import env_lines, file_lines, node_lines
+from launch.secrets import looks_secret
+from launch.submitit_job import SubmititJob
 
 POLL_S = 1.0
 _FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -40,16 +46,6 @@ class JobState:
         return not self.requeueing and (self.state in _FINAL_STATES or self.state == "UNKNOWN")
 
 
-def submit(plan: LaunchPlan) -> str:
-    """Hand the plan to SLURM (through submitit, or sbatch and the plan's script); return the job id.
-
-    An sbatch refusal is one line naming sbatch's reason. Secrets are in no file: they reach the job
-    through sbatch's environment (--export=ALL).
-    """
-    job_id = _submit_submitit(plan) if plan.submitit is not None else _submit_script(plan)
-    runs.write_json_atomic(Path(plan.run_dir) / runs.STATE, {"backend": "slurm", "job_id": job_id,
-                                                             "status": "submitted", "updated": time.time()})
-    return job_id
 
 
 def _secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
@@ -61,13 +57,13 @@ def _submit_submitit(plan: LaunchPlan) -> str:
 
     from launch.bootstrap import Bootstrap
 
-    spec = plan.submitit
-    assert spec is not None  # noqa: S101 - checked by the caller
+    spec = plan.job
+    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout)
     executor.update_parameters(**dict(spec.parameters))
     marked = plan.profile.secrets
     public = tuple((name, value) for name, value in spec.env if not looks_secret(name, marked))  # pickled to disk
-    task = Bootstrap(entry_module=spec.entry_module, train_argv=spec.train_argv, env=public, port=spec.port)
+    task = Bootstrap(code=spec.code, env=public, workdir=spec.workdir, port=spec.port)
     previous = dict(os.environ)
     os.environ.update(_secrets(spec.env, marked))
     try:
@@ -97,11 +93,11 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _submit_script(plan: LaunchPlan) -> str:
-    if not plan.submit_argv:
-        raise SubmitError(f"profile {plan.profile.name}: the plan has no batch script to submit")
-    secrets = _secrets(plan.nodes[0].env, plan.profile.secrets)
+    job = plan.job
+    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
+    secrets = _secrets(job.node.env, plan.profile.secrets)
     try:
-        done = subprocess.run(list(plan.submit_argv), capture_output=True, text=True, cwd=plan.nodes[0].cwd,
+        done = subprocess.run(list(job.submit_argv), capture_output=True, text=True, cwd=job.node.cwd,
                               env={**os.environ, **secrets}, timeout=120)
     except FileNotFoundError:
         raise SubmitError("sbatch: not found on this machine", "run submit where SLURM's commands are") from None
@@ -138,7 +134,7 @@ def job_state(job_id: str) -> JobState:
                     reason=fields.get("Reason", ""), requeues=fields.get("Requeue") == "1")
 
 
-def follow(run_dir: Path, job_id: str) -> JobState:
+def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
     """Report the job's state changes and stream rank 0's log until the job ends; record how it ended."""
     log = runs.rank_log_path(run_dir, 0)
     position, last, waiting = 0, "", WaitingLine(live=sys.stdout.isatty())
@@ -156,7 +152,7 @@ def follow(run_dir: Path, job_id: str) -> JobState:
         if current.state == "PENDING":
             waiting.show(reason)
         if current.finished:
-            _record(run_dir, job_id, current)
+            _record(run_dir, job_id, current, backend)
             return current
         time.sleep(POLL_S)
 
@@ -186,21 +182,21 @@ def waiting_text(waited_s: float, reason: str) -> str:
     return f"  waiting in the queue for {minutes}:{seconds:02d}" + (f" ({reason})" if reason else "")
 
 
-def _record(run_dir: Path, job_id: str, state: JobState) -> None:
+def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
-    runs.write_json_atomic(run_dir / runs.STATE, {"backend": "slurm", "job_id": job_id, "status": status,
+    runs.write_json_atomic(run_dir / runs.STATE, {"backend": backend, "job_id": job_id, "status": status,
                                                   "slurm_state": state.state, "exit_code": state.exit_code,
                                                   "updated": time.time()})
 
 
-def current_status(run_dir: Path, state: dict[str, object]) -> dict[str, object]:
+def current_status(run_dir: Path, state: State) -> State:
     """The recorded state of a SLURM run, refreshed from SLURM while the job is not known to be over."""
     job_id = str(state.get("job_id", ""))
     if state.get("status") not in ("submitted", "running") or not job_id:
         return state
     current = job_state(job_id)
     if current.finished and current.state != "UNKNOWN":
-        _record(run_dir, job_id, current)
+        _record(run_dir, job_id, current, str(state.get("backend")))
         return runs.read_json(run_dir / runs.STATE) or state
     shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
         else current.state.lower()
@@ -211,3 +207,88 @@ def cancel(job_id: str) -> None:
     done = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise SubmitError(f"scancel {job_id}: {done.stderr.strip() or 'failed'}")
+
+
+class SlurmBackend:
+    """SLURM through one of its two launchers; ``submit_job`` and ``render_job`` are the launcher's."""
+
+    def __init__(self, name: str, submit_job: Callable[[LaunchPlan], str],
+                 render_job: Callable[[LaunchPlan], list[str]]) -> None:
+        self.name = name
+        self._submit = submit_job
+        self._render = render_job
+
+    def render(self, plan: LaunchPlan) -> list[str]:
+        return self._render(plan)
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        """Nothing to check here: sbatch itself refuses what SLURM cannot run, before anything is queued."""
+
+    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+        """Submit (an sbatch refusal is one line naming its reason; the run folder made for it is removed by
+        the caller); then follow the job to its end, unless ``detach``."""
+        run_dir = Path(plan.run_dir)
+        job_id = self._submit(plan)
+        runs.write_json_atomic(run_dir / runs.STATE, {"backend": self.name, "job_id": job_id,
+                                                      "status": "submitted", "updated": time.time()})
+        print(f"job {job_id} submitted; run dir: {run_dir}", flush=True)
+        if detach:
+            print(f"follow it with: python -m launch logs {run_dir} --follow")
+            return 0
+        try:
+            final = follow(run_dir, job_id, self.name)
+        except KeyboardInterrupt:
+            print(f"\nstopped following; job {job_id} goes on. Cancel it with: python -m launch cancel {run_dir}")
+            return 130
+        if final.state != "COMPLETED" or final.exit_code:
+            status = final.exit_code or 1
+            raise WorkerFailure(f"job {job_id} ended {final.state}: " + runs.failure_message(run_dir, status),
+                                exit_status=status)
+        print(runs.result_summary(run_dir))
+        return 0
+
+    def status(self, run_dir: Path, state: State) -> State:
+        return current_status(run_dir, state)
+
+    def cancel(self, run_dir: Path, state: State) -> bool:
+        from launch.backends import is_active
+
+        if not is_active(state):
+            return False
+        cancel(str(state["job_id"]))
+        return True
+
+    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
+        from launch import backends
+
+        runs.print_log(runs.rank_log_path(run_dir, rank), rank,
+                       still_running=lambda: follow and backends.is_active(backends.status(run_dir)))
+
+
+def _render_sbatch(plan: LaunchPlan) -> list[str]:
+    job = plan.job
+    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
+    return [*node_lines(job.node, "every node (one SLURM task per node)", plan.profile.secrets),
+            *file_lines(job.files), "", f"submitted with: {shlex.join(job.submit_argv)}"]
+
+
+def _render_submitit(plan: LaunchPlan) -> list[str]:
+    job = plan.job
+    assert isinstance(job, SubmititJob)  # noqa: S101 - the submitit backend's job
+    out = ["", f"submitit job: {plan.world_size} SLURM tasks, one per training process (folder {job.folder})",
+           "  sbatch parameters (submitit.SlurmExecutor):"]
+    out += [f"    {key} = {value!r}" for key, value in job.parameters]
+    out += [f"  on USR2 ({dict(job.parameters).get('signal_delay_s')} s before the time limit, or on preemption) the "
+            "job requeues itself (submitit's protocol; at most "
+            f"{job.max_num_timeout} time-limit requeues); code that watches stop signals (launch.job) checkpoints "
+            "first, at the same step on every rank; other code ends at the signal"]
+    out += ["  each task sets, from submitit's JobEnvironment (SLURM's variables):"]
+    out += [f"    {name} = {source}" for name, source in job.derivation()]
+    out += ["  and adds:", *env_lines(job.env, plan.profile.secrets)]
+    out += [f"  then runs, in {job.workdir}, in a child process it supervises, as `python` would:",
+            f"    python {shlex.join(job.code.argv())}"]
+    return out
+
+
+SUBMITIT = SlurmBackend("submitit", _submit_submitit, _render_submitit)
+SBATCH = SlurmBackend("sbatch", _submit_script, _render_sbatch)

@@ -1,49 +1,52 @@
-"""Strategies: which entrypoint a node runs, through which launcher, with what extra files, in one registry."""
+"""Strategies: how each node starts one process per device (torchrun, ``accelerate launch``), and the bundled
+example each one trains by default, in one registry.
+
+A strategy runs the user's own code (``--script``, ``--module``) or, without either, its bundled example
+(``train/``), which launch names here and never imports: ``check_args`` (``module:function``) is the
+example's own argument check, looked up by name when a plan is made.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from launch.errors import LaunchError, did_you_mean
-from launch.profile import Profile
-from launch.shell import Arg
-from launch.strategies import accelerate_launch, ddp, trainer
-from launch.strategies.context import NodeContext
-
-NodeArgv = Callable[[Profile, str, NodeContext, tuple[str, ...], str], list[Arg]]
-Files = Callable[[Profile, str], tuple[tuple[str, str], ...]]
+from launch.strategies import accelerate_launch, torchrun
+from launch.strategies.context import NodeContext, Runner
 
 
-def _no_files(profile: Profile, run_dir: str) -> tuple[tuple[str, str], ...]:
-    return ()
+@dataclass(frozen=True, kw_only=True)
+class Example:
+    """A bundled entrypoint: its module, the function that checks its arguments, and on XLA hosts the module
+    that starts it once per device (torch_xla's launcher)."""
 
-
-def _no_env(profile: Profile) -> dict[str, str]:
-    return {}
+    module: str
+    check_args: str
+    xla_launcher: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Strategy:
     name: str
     summary: str
-    entry_module: str  # the in-job module whose main(argv) trains
-    node_argv: NodeArgv  # (profile, python, node, train_argv, run_dir) -> argv
-    extra_env: Callable[[Profile], dict[str, str]] = field(default=_no_env)
-    files: Files = field(default=_no_files)  # (profile, run_dir) -> ((path, text), ...) written before start
+    runner: Runner
+    example: Example
+    user_code: bool = True  # --script/--module may take the example's place
 
 
+_ARGS = "train.args:check_launch_argv"
 STRATEGIES: dict[str, Strategy] = {
-    "ddp": Strategy(name="ddp", summary="native torch DistributedDataParallel under torchrun",
-                    entry_module=ddp.ENTRY_MODULE, node_argv=ddp.node_argv),
-    "accelerate": Strategy(name="accelerate", summary="Hugging Face Accelerate under `accelerate launch`",
-                           entry_module=accelerate_launch.ENTRY_MODULE, node_argv=accelerate_launch.node_argv, extra_env=accelerate_launch.extra_env,
-                           files=accelerate_launch.files),
-    "trainer": Strategy(name="trainer", summary="Transformers Trainer under torchrun",
-                        entry_module=trainer.ENTRY_MODULE, node_argv=trainer.node_argv, extra_env=accelerate_launch.extra_env),
+    "ddp": Strategy(name="ddp", summary="torchrun starts the code (native DDP by default)", runner=torchrun.RUNNER,
+                    example=Example(module="train.ddp", check_args=_ARGS, xla_launcher="train.xla")),
+    "accelerate": Strategy(name="accelerate", summary="`accelerate launch` starts the code (Accelerate by default)",
+                           runner=accelerate_launch.RUNNER,
+                           example=Example(module="train.accelerated", check_args=_ARGS)),
+    "trainer": Strategy(name="trainer", summary="Transformers Trainer under torchrun (for your own Trainer "
+                        "script use --strategy ddp)", runner=torchrun.RUNNER, user_code=False,
+                        example=Example(module="train.trainer", check_args=_ARGS, xla_launcher="train.xla")),
 }
 
-__all__ = ["STRATEGIES", "NodeContext", "Strategy", "get_strategy"]
+__all__ = ["STRATEGIES", "Example", "NodeContext", "Runner", "Strategy", "get_strategy"]
 
 
 def get_strategy(name: str) -> Strategy:

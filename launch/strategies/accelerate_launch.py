@@ -1,20 +1,14 @@
-"""The accelerate strategy: ``accelerate launch --config_file <generated config>`` runs ``train.accelerated``.
-
-On cpu profiles the workers get ACCELERATE_USE_CPU=true: Accelerate's own MULTI_CPU launcher needs mpirun
-and otherwise starts one process, while its torchrun path (a MULTI_GPU config) starts them all, and the
-variable makes each one a MULTI_CPU worker over gloo, even on a machine that has GPUs.
-"""
+"""``accelerate launch --config_file <generated config>`` starts the process command on every node."""
 
 from __future__ import annotations
 
 from pathlib import PurePath
 
-from launch.accelerate_config import render_config
+from launch.accelerate_config import launch_env, render_config
 from launch.profile import Profile
 from launch.shell import Arg
-from launch.strategies.context import NodeContext
+from launch.strategies.context import NodeContext, Runner
 
-ENTRY_MODULE = "train.accelerated"
 CONFIG_NAME = "accelerate_config.yaml"
 
 
@@ -22,8 +16,7 @@ def config_path(run_dir: str) -> str:
     return str(PurePath(run_dir, CONFIG_NAME))
 
 
-def node_argv(profile: Profile, python: str, node: NodeContext, train_argv: tuple[str, ...],
-              run_dir: str) -> list[Arg]:
+def node_argv(profile: Profile, python: str, node: NodeContext, process: list[str], run_dir: str) -> list[Arg]:
     argv: list[Arg] = [python, "-m", "accelerate.commands.launch", "--config_file", config_path(run_dir)]
     if profile.nodes > 1 and node.master_addr is not None and node.master_port is not None:
         # Per node, from the job: never the config's machine_rank 0 on every node.
@@ -31,12 +24,11 @@ def node_argv(profile: Profile, python: str, node: NodeContext, train_argv: tupl
                  "--main_process_port", node.master_port]
     if node.max_restarts:
         argv += ["--max_restarts", str(node.max_restarts)]
-    return [*argv, "-m", ENTRY_MODULE, *train_argv]
-
-
-def extra_env(profile: Profile) -> dict[str, str]:
-    return {"ACCELERATE_USE_CPU": "true"} if profile.device == "cpu" else {}
+    return [*argv, *process]
 
 
 def files(profile: Profile, run_dir: str) -> tuple[tuple[str, str], ...]:
     return ((config_path(run_dir), render_config(profile)),)
+
+
+RUNNER = Runner(name="accelerate", node_argv=node_argv, extra_env=launch_env, files=files)

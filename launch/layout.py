@@ -1,4 +1,4 @@
-"""The run folder's layout, shared by the launcher (host side) and the entrypoints (in the job). No torch."""
+"""The run folder's layout, shared by the launcher (host side) and the job it starts (``launch.job``, ``launch.worker``). No torch."""
 
 from __future__ import annotations
 

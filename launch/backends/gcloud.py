@@ -1,0 +1,135 @@
+"""TPU hosts through gcloud: the plan's one gcloud command runs here like a local job; cancel reaches every host."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path, PurePosixPath
+
+from launch import runs, tpu
+from launch.backends import State, local
+from launch.errors import LaunchError, SubmitError, WorkerFailure
+from launch.plan import GcloudJob, LaunchPlan, NodeCommand
+from launch.render import file_lines, node_lines
+
+STOP_TIMEOUT_S = 300
+
+
+def preflight() -> None:
+    if shutil.which("gcloud") is None:
+        raise SubmitError("gcloud: not found on PATH; launch reaches TPU hosts through the Google Cloud CLI",
+                          "install it (https://cloud.google.com/sdk/docs/install), then `gcloud auth login`")
+
+
+def run(plan: LaunchPlan) -> local.Outcome:
+    """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped
+    here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
+    record = _record(plan)
+    outcome = local.run_node(Path(plan.run_dir), _gcloud_node(plan), record=record, then=_job(plan).after_argv)
+    if outcome.cancelled:
+        stop_on_hosts(record)
+    return outcome
+
+
+def start_detached(plan: LaunchPlan) -> int:
+    return local.start_detached(plan, _gcloud_node(plan), record=_record(plan), then=_job(plan).after_argv)
+
+
+def cancel(run_dir: Path, state: dict[str, object]) -> bool:
+    """Stop gcloud here, and the run's processes on every host, whatever the state here says (a dropped
+    connection ends gcloud, not the run on the hosts)."""
+    local.cancel(run_dir, state)
+    stop_on_hosts(state)
+    return True
+
+
+def stop_on_hosts(state: dict[str, object]) -> None:
+    stop_argv = [str(arg) for arg in state.get("stop_argv") or []]  # type: ignore[union-attr]
+    if not stop_argv:
+        raise SubmitError("this run's state does not say how to reach its hosts", "see its plan.txt")
+    by_hand = f"stop it by hand: {shlex.join(stop_argv)}"
+    try:
+        done = subprocess.run(stop_argv, capture_output=True, text=True, timeout=STOP_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SubmitError(f"stopping the run on the TPU hosts failed ({error})", by_hand) from None
+    if done.returncode:
+        raise SubmitError(f"stopping the run on the TPU hosts failed ({done.stderr.strip()[-300:]})", by_hand)
+
+
+def print_rank_log(state: dict[str, object], rank: int) -> None:
+    """A rank's log, from whichever host wrote it, printed here."""
+    ssh, folder = state.get("ssh_argv"), state.get("hosts_run_dir")
+    if not isinstance(ssh, list) or not isinstance(folder, str):
+        raise SubmitError("this run's state does not say where its hosts are", "see its plan.txt")
+    path = str(runs.rank_log_path(PurePosixPath(folder), rank))
+    done = subprocess.run([*map(str, ssh), tpu.print_command(path)], check=False)
+    if done.returncode:
+        raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
+
+
+def _job(plan: LaunchPlan) -> GcloudJob:
+    assert isinstance(plan.job, GcloudJob)  # noqa: S101 - the gcloud backend's job
+    return plan.job
+
+
+def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
+    return NodeCommand(node_rank=0, argv=_job(plan).submit_argv, env=(), cwd=str(Path.cwd()))
+
+
+def _record(plan: LaunchPlan) -> dict[str, object]:
+    job = _job(plan)
+    return {"backend": BACKEND.name, "ssh_argv": list(job.ssh_argv),
+            "stop_argv": [*job.ssh_argv, tpu.stop_command(job.host_run_dir)], "hosts_run_dir": job.host_folder}
+
+
+class GcloudBackend:
+    """TPU hosts through gcloud: the one gcloud command runs here like a local job; cancel reaches every host."""
+
+    name = "gcloud"
+
+    def render(self, plan: LaunchPlan) -> list[str]:
+        job = _job(plan)
+        return [f"on hosts:  {job.host_run_dir} in {job.node.cwd} on every TPU host (rank logs, checkpoints, "
+                "result); here: the plan and the gcloud output",
+                *node_lines(job.node, "every TPU host, the same command, through gcloud", plan.profile.secrets),
+                *file_lines(job.host_files, " (on every host)"), "",
+                f"submitted with: {shlex.join(job.submit_argv)}", "",
+                f"then, once it succeeded: {shlex.join(job.after_argv)}"]
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        preflight()
+
+    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+        run_dir = Path(plan.run_dir)
+        print(f"run dir: {run_dir}", flush=True)
+        if detach:
+            launcher_pid = start_detached(plan)
+            print(f"started in the background (launcher pid {launcher_pid}); follow it with: "
+                  f"python -m launch status {shlex.quote(str(run_dir))}")
+            return 0
+        outcome = run(plan)
+        logs = f"{_job(plan).host_folder}/{runs.LOGS} on each TPU host"
+        if outcome.cancelled:
+            raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
+        if outcome.exit_code != 0:
+            raise WorkerFailure(f"the job failed on the TPU hosts (gcloud's exit status {outcome.exit_code}; after a "
+                                f"dropped connection they may still run: python -m launch cancel {run_dir}); rank "
+                                f"logs: {logs}", exit_status=outcome.exit_code)
+        print(runs.result_summary(run_dir))
+        return 0
+
+    def status(self, run_dir: Path, state: State) -> State:
+        return local.current_status(run_dir, state)
+
+    def cancel(self, run_dir: Path, state: State) -> bool:
+        return cancel(run_dir, state)
+
+    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
+        if follow:
+            raise LaunchError(f"logs --follow: {run_dir} runs on TPU hosts, whose logs are read through gcloud",
+                              "run `logs` again, or follow the job with `submit` in the foreground")
+        print_rank_log(state, rank)
+
+
+BACKEND = GcloudBackend()

@@ -1,0 +1,50 @@
+"""Checks of the code a plan runs, made before anything is written or queued: the script exists, the module
+imports with the job's Python from the submitting folder, a bundled example accepts its arguments."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+from pathlib import Path
+
+from launch.errors import LaunchError
+from launch.strategies import Strategy
+from launch.worker import Target
+
+# Run by the job's Python in the submitting folder: finds the module as `python -m` there would (a package's
+# __init__ runs; the module itself is not executed).
+_FIND_MODULE = ("import importlib.util, sys\n"
+                "try:\n    found = importlib.util.find_spec(sys.argv[1])\n"
+                "except Exception as error:\n    sys.exit(f'{type(error).__name__}: {error}')\n"
+                "sys.exit(0 if found else f'No module named {sys.argv[1]!r}')\n")
+MODULE_CHECK_TIMEOUT_S = 60
+
+
+def check_code(code: Target, *, python: str, workdir: str) -> None:
+    """A script that is not a file, or a module the job's Python cannot find from ``workdir``: one line."""
+    if code.script is not None:
+        path = Path(workdir, code.script)
+        if not path.is_file():
+            what = "is a folder, not a script" if path.is_dir() else "no such file"
+            raise LaunchError(f"--script {code.script}: {what} (looked in {workdir})",
+                              "give the path of your training script, relative to this folder or absolute")
+        return
+    name = str(code.module)
+    try:
+        done = subprocess.run([python, "-c", _FIND_MODULE, name], cwd=workdir, capture_output=True, text=True,
+                              timeout=MODULE_CHECK_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise LaunchError(f"--module {name}: could not be checked with {python} ({error})") from None
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["not found"])[-1]
+        raise LaunchError(f"--module {name}: does not import with {python} from {workdir} ({reason})",
+                          "run launch from the folder `python -m` would import it from, or install its package")
+
+
+def check_example_args(strategy: Strategy, args: tuple[str, ...]) -> None:
+    """The bundled example's own parser on ``args``; its refusal becomes one line."""
+    module, _, function = strategy.example.check_args.partition(":")
+    try:
+        getattr(importlib.import_module(module), function)(list(args))
+    except ValueError as error:
+        raise LaunchError(f"TRAIN_ARGS: {error}") from None

@@ -1,0 +1,246 @@
+"""The in-job API: who this process is, where its run keeps things, and when to stop. Opt-in.
+
+Any code that launch starts may ``from launch import job``; code that never does runs all the same. What
+launch owns reaches the job through the environment variables of ``ENVIRONMENT`` (on top of torch's
+``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), never
+through the job's own command line. Outside launch (plain torchrun, plain python) the answers come from
+torch's variables alone: one process, no run folder. Importing this module imports no torch; only
+``should_stop`` uses it, to agree with the other ranks.
+
+    from launch import job
+
+    me = job.info()                       # rank, world size, node, run and checkpoint folders
+    start = job.resume_from()             # the last complete checkpoint's folder, or None
+    for step in range(...):
+        ...
+        if job.should_stop():             # preemption or time limit, agreed at this step by every rank
+            if me.is_main:
+                with job.save_checkpoint(step) as folder:
+                    torch.save(state, folder / "state.pt")
+            raise job.StopRequested(step)  # the job is requeued and continues from that checkpoint
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from launch import checkpoints, ranklog
+from launch.layout import latest_checkpoint
+from launch.secrets import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
+
+RUN_DIR = "LAUNCH_RUN_DIR"
+CHECKPOINT_DIR = "LAUNCH_CHECKPOINT_DIR"
+RESUME = "LAUNCH_RESUME"
+PROFILE = "LAUNCH_PROFILE"
+DEVICE = "LAUNCH_DEVICE"
+DIST_BACKEND = "LAUNCH_DIST_BACKEND"
+RENDEZVOUS_TIMEOUT = "LAUNCH_RENDEZVOUS_TIMEOUT"
+STOP_SIGNALS = "LAUNCH_STOP_SIGNALS"
+PLAN_ENV = PLAN_ENV_VARIABLE
+SECRET_NAMES = SECRET_NAMES_VARIABLE
+
+# The contract, one line each (the README's table is checked against it).
+ENVIRONMENT: tuple[tuple[str, str], ...] = (
+    (RUN_DIR, "the run folder (absolute): rank logs, metrics.jsonl, result.json"),
+    (CHECKPOINT_DIR, "where checkpoints go (the run folder's checkpoints/)"),
+    (RESUME, "1: continue from the last complete checkpoint there, if any (set on every launch)"),
+    (PROFILE, "the profile's name"),
+    (DEVICE, "the profile's device: cpu, cuda or xla"),
+    (DIST_BACKEND, "the profile's collective backend: gloo, nccl or xla"),
+    (RENDEZVOUS_TIMEOUT, "seconds a rank waits for the others when the process group is made"),
+    (STOP_SIGNALS, "the signals that mean 'checkpoint, then stop' on this backend (SLURM: SIGUSR2,SIGTERM)"),
+    (PLAN_ENV, "the names of the variables the plan added"),
+    (SECRET_NAMES, "the names the profile marks secret (masked in logs and results)"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobInfo:
+    """Where this process stands in its job, and what launch gave it."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+    num_nodes: int = 1
+    launched: bool = False  # started by a distributed launcher (RANK and WORLD_SIZE set), even at world size 1
+    master_addr: str = ""
+    master_port: str = ""
+    run_dir: Path | None = None
+    checkpoint_dir: Path | None = None
+    resume: bool = False
+    profile: str = ""
+    device: str = "auto"
+    dist_backend: str = "auto"
+    rendezvous_timeout_s: int | None = None
+    plan_env: tuple[str, ...] = ()
+    secret_names: tuple[str, ...] = ()
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def info() -> JobInfo:
+    """This process's place in the job, read from the environment now."""
+    env = os.environ
+    world_size = int(env.get("WORLD_SIZE", 1))
+    local_world_size = int(env.get("LOCAL_WORLD_SIZE", world_size))
+    run_dir = env.get(RUN_DIR)
+    checkpoint_dir = env.get(CHECKPOINT_DIR)
+    timeout = env.get(RENDEZVOUS_TIMEOUT)
+    return JobInfo(rank=int(env.get("RANK", 0)), local_rank=int(env.get("LOCAL_RANK", 0)),
+                   world_size=world_size, local_world_size=local_world_size,
+                   node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
+                   num_nodes=int(env.get("GROUP_WORLD_SIZE", max(1, world_size // max(local_world_size, 1)))),
+                   launched="RANK" in env and "WORLD_SIZE" in env,
+                   master_addr=env.get("MASTER_ADDR", ""), master_port=env.get("MASTER_PORT", ""),
+                   run_dir=Path(run_dir) if run_dir else None,
+                   checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+                   resume=env.get(RESUME) == "1", profile=env.get(PROFILE, ""),
+                   device=env.get(DEVICE, "auto"), dist_backend=env.get(DIST_BACKEND, "auto"),
+                   rendezvous_timeout_s=int(timeout) if timeout else None,
+                   plan_env=names(env.get(PLAN_ENV, "")), secret_names=names(env.get(SECRET_NAMES, "")))
+
+
+def names(listed: str) -> tuple[str, ...]:
+    """A comma-separated list of names, as the plan writes them."""
+    return tuple(name for name in listed.split(",") if name)
+
+
+# --- checkpoints -------------------------------------------------------------------------------------------
+
+def resume_from() -> Path | None:
+    """The folder of the run's last complete checkpoint, when this launch continues the run; else None."""
+    me = info()
+    if not me.resume or me.run_dir is None:
+        return None
+    record = latest_checkpoint(me.run_dir)
+    return None if record is None else me.run_dir / record["path"]
+
+
+@contextmanager
+def save_checkpoint(step: int, **record: Any) -> Iterator[Path]:  # noqa: ANN401 - JSON-like values
+    """An empty folder to write the checkpoint of ``step`` into (one process: the main one); when the block
+    ends without an error it is renamed into place and becomes the one ``resume_from`` returns. A process
+    killed while writing leaves the previous checkpoint in force."""
+    me = info()
+    if me.run_dir is None:
+        raise RuntimeError(f"save_checkpoint: {RUN_DIR} is not set; start the job with launch")
+    staged = checkpoints.stage(me.run_dir, step)
+    yield staged
+    checkpoints.publish(me.run_dir, staged, checkpoints.Position(step=step), **{
+        "strategy": record.pop("strategy", "script"), "world_size": record.pop("world_size", me.world_size)})
+
+
+# --- stop requests -----------------------------------------------------------------------------------------
+
+class StopRequested(Exception):  # noqa: N818 - a request, not an error
+    """Training stopped at a checkpoint because the scheduler asked; the job continues from it when it runs
+    again. Raise it (or exit) after saving: launch ends the task, and the scheduler requeues the job."""
+
+    expected = True  # an ending, not a crash: rank logs get no traceback for it
+
+    def __init__(self, step: int, signum: int | None = None) -> None:
+        signum = signum or _requested or signal.SIGTERM
+        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}, after a checkpoint")
+        self.signum, self.step = signum, step
+
+
+_requested: int | None = None
+_watching = False
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that mean 'checkpoint, then stop' where this job runs (none outside a requeueing
+    scheduler: there SIGTERM keeps its ordinary meaning)."""
+    return tuple(signal.Signals[name] for name in names(os.environ.get(STOP_SIGNALS, "")))
+
+
+def watch_stops() -> bool:
+    """Opt in: from now on this backend's stop signals become stop requests that ``should_stop`` reports,
+    instead of ending the process. Call it early, from the main thread. False where there is nothing to watch."""
+    global _watching
+    if _watching:
+        return True
+    wanted = stop_signals()
+    if not wanted or threading.current_thread() is not threading.main_thread():
+        return False
+    for sig in wanted:
+        signal.signal(sig, _record)
+    _watching = True
+    return True
+
+
+def _record(signum: int, frame: object) -> None:
+    global _requested
+    if _requested is None:
+        _requested = signum
+
+
+def watching() -> bool:
+    return _watching
+
+
+def stop_requested() -> int | None:
+    """The stop signal this process received, if any (no agreement with the other ranks)."""
+    return _requested
+
+
+def agreed_stop(device: Any = None) -> int | None:  # noqa: ANN401 - a torch.device
+    """The stop signal any rank received, the same answer on every rank (one tiny all-reduce); None when none
+    was, or when this job does not watch (then it costs nothing). Every rank must call it at the same step."""
+    if not watch_stops():
+        return None
+    import torch
+    import torch.distributed as dist
+
+    local = _requested or 0
+    if not (dist.is_available() and dist.is_initialized()):
+        return local or None
+    if device is None:
+        backend = dist.get_backend()
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    flag = torch.tensor([local], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return int(flag.item()) or None
+
+
+def should_stop(device: Any = None) -> bool:  # noqa: ANN401 - a torch.device
+    """Whether to checkpoint and stop now: True on every rank at the same step once any rank was asked to."""
+    return agreed_stop(device) is not None
+
+
+# --- the end ----------------------------------------------------------------------------------------------
+
+def exit(status: int = 0) -> NoReturn:  # noqa: A001 - job.exit, as sys.exit
+    """End this process with ``status`` and no interpreter teardown, where gloo's threads can abort a process
+    that has finished its work ("terminate called without an active exception", pytorch/pytorch#190489).
+    Under launch's worker the rank's log and record are completed first."""
+    if ranklog.capturing():
+        raise SystemExit(status)  # the worker completes the log, then ends the process the same way
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+# --- the console -------------------------------------------------------------------------------------------
+
+def status_line(text: str) -> None:
+    """Show ``text`` as a status line under the log lines (a progress bar), on the main process at a terminal
+    only; never in rank logs, pipes or files. An empty text removes it."""
+    ranklog.status_line(text)
+
+
+def at_terminal() -> bool:
+    """Whether ``status_line`` shows anything here."""
+    return ranklog.console_is_live()
