@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from launch import checkpoints, ranklog
-from launch.layout import latest_checkpoint
-from launch.secrets import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE
+from launch.layout import METRICS, latest_checkpoint
+from launch.secrets import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, scrub_data, secret_values
 
 RUN_DIR = "LAUNCH_RUN_DIR"
 CHECKPOINT_DIR = "LAUNCH_CHECKPOINT_DIR"
@@ -140,6 +140,27 @@ def save_checkpoint(step: int, **record: Any) -> Iterator[Path]:  # noqa: ANN401
     yield staged
     checkpoints.publish(me.run_dir, staged, checkpoints.Position(step=step), **{
         "strategy": record.pop("strategy", "script"), "world_size": record.pop("world_size", me.world_size)})
+
+
+# --- metrics -----------------------------------------------------------------------------------------------
+
+def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = None,
+                **values: Any) -> None:  # noqa: ANN401 - JSON values
+    """Append one line to the run's metrics.jsonl (main process only; elsewhere a no-op), which ``report``
+    draws: ``kind="train"`` with ``loss``, ``kind="eval"`` with ``eval_loss`` and ``eval_accuracy``. Secret
+    values are masked. ``run_dir``: where, when the job was not started by launch (the caller then decides
+    which process writes)."""
+    me = info()
+    folder = Path(run_dir) if run_dir else me.run_dir if me.is_main else None
+    if folder is None:
+        return
+    import json
+    import time
+
+    record = scrub_data({"time": round(time.time(), 3), "kind": kind, "step": step, **values},
+                        secret_values(os.environ))
+    with open(folder / METRICS, "a", encoding="utf-8") as sink:
+        sink.write(json.dumps(record) + "\n")
 
 
 # --- stop requests -----------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""Train from inside a Python or Jupyter session: ``notebook.run("local-cpu", strategy="accelerate", epochs=1)``.
+"""Train from inside a Python or Jupyter session, in the processes of a local profile.
 
-The same plan as ``submit`` (profile, strategy, training arguments, environment, run folder), but the
-processes are forked from this session by ``accelerate.notebook_launcher`` instead of started by torchrun.
+``notebook.run(my_function, profile="local-cpu", args=(...))`` runs your own function in every process, as
+Accelerate's ``notebook_launcher`` does; ``notebook.run("local-cpu", strategy="accelerate", epochs=1)`` runs a
+bundled example. The same plan as ``submit`` (profile, environment, run folder, rank logs), but the processes
+are forked from this session by ``accelerate.notebook_launcher`` instead of started by torchrun.
 """
 
 from __future__ import annotations
@@ -9,67 +11,100 @@ from __future__ import annotations
 import importlib
 import os
 import socket
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from launch import runs
+from launch import runs, worker
 from launch.errors import LaunchError, did_you_mean
 from launch.plan import LaunchPlan, build_plan
 from launch.profile_loader import load_profile
 from launch.render import render_text
-from launch.strategies import get_strategy
-from train.args import LAUNCHER_OWNED, TrainArgs, parse_train_args
+from launch.worker import Target
+
+TRAIN_ARGUMENTS = ("epochs", "max_steps", "batch_size", "lr", "dataset", "data_dir", "seed", "log_every",
+                   "checkpoint_every")  # the bundled examples' own, by their Python names
 
 
-def run(profile: str, strategy: str = "ddp", *, run_dir: str | None = None, **train_args: Any) -> dict[str, Any]:
-    """Train ``strategy`` on a local ``profile`` in its processes; return the result (as in result.json).
+def run(code: Callable[..., Any] | str, profile: str | None = None, *, args: tuple[Any, ...] = (),
+        strategy: str = "ddp", run_dir: str | None = None, **train_args: Any) -> dict[str, Any] | None:  # noqa: ANN401
+    """Run ``code`` on a local profile, one process per device.
 
-    ``train_args`` are the TRAIN_ARGS by their Python names: ``epochs=1, max_steps=50, lr=1e-3, ...``.
+    ``code`` a function: ``code(*args)`` in every process, with torch's variables (RANK, WORLD_SIZE, ...) and
+    launch's (``launch.job``) set; returns None (the processes write their results where they choose).
+    ``code`` a profile name: that profile's bundled ``strategy`` example, ``train_args`` being its arguments by
+    their Python names (``epochs=1, max_steps=50, lr=1e-3``); returns its result (as in result.json).
     """
-    from accelerate import notebook_launcher
+    if callable(code):
+        if profile is None:
+            raise LaunchError("notebook.run: say which profile runs the function (profile='local-cpu')")
+        _launch(_plan(profile, "ddp", _function_target(code), (), run_dir), _call_function, (code, tuple(args)))
+        return None
+    unknown = [key for key in train_args if key not in TRAIN_ARGUMENTS]
+    if unknown:
+        raise LaunchError(f"notebook.run: unknown training argument {unknown[0]!r};"
+                          f"{did_you_mean(unknown[0], TRAIN_ARGUMENTS)} allowed: {', '.join(TRAIN_ARGUMENTS)}")
+    from launch.code_checks import check_example_args
+    from launch.strategies import get_strategy
 
-    from launch.backends import local
-
-    plan = _plan(profile, strategy, run_dir, train_args)
-    local.preflight(plan.profile)
-    directory = Path(plan.run_dir)
-    runs.prepare_run_dir(plan, render_text(plan))
-    entry = get_strategy(strategy).entry_module
-    with _environment(dict(plan.nodes[0].env)):
-        notebook_launcher(_worker, args=(entry, plan.train_args.to_argv()),
-                          num_processes=plan.profile.procs_per_node, master_addr="127.0.0.1",
-                          use_port=str(_free_port()))
-    _forget_accelerate_state()
-    result = runs.read_json(directory / runs.RESULT)
+    argv = tuple(item for key, value in train_args.items() for item in ("--" + key.replace("_", "-"), str(value)))
+    check_example_args(get_strategy(strategy), argv)
+    plan = _plan(code, strategy, None, argv, run_dir)
+    _launch(plan, _run_module, (str(plan.code.module), plan.code.args))
+    result = runs.read_json(Path(plan.run_dir) / runs.RESULT)
     if result is None:
-        raise LaunchError(f"the run wrote no {runs.RESULT}; rank logs: {directory / runs.LOGS}")
+        raise LaunchError(f"the run wrote no {runs.RESULT}; rank logs: {Path(plan.run_dir) / runs.LOGS}")
     return result
 
 
-def _plan(profile_name: str, strategy: str, run_dir: str | None, train_args: dict[str, Any]) -> LaunchPlan:
+def _function_target(function: Callable[..., Any]) -> Target:
+    """How a plan names a function (it is handed to the processes themselves, not by name)."""
+    return Target(function=f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', '?')}")
+
+
+def _plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str, ...],
+          run_dir: str | None) -> LaunchPlan:
     profile = load_profile(profile_name)
     if profile.kind != "local":
         raise LaunchError(f"notebook.run: profile {profile.name} is kind {profile.kind}; a notebook runs local "
                           "profiles (use `python -m launch submit` for the others)")
-    allowed = [f.name for f in fields(TrainArgs) if "--" + f.name.replace("_", "-") not in LAUNCHER_OWNED]
-    for key in train_args:
-        if key not in allowed:
-            raise LaunchError(f"notebook.run: unknown training argument {key!r};{did_you_mean(key, allowed)} "
-                              f"allowed: {', '.join(allowed)}")
-    argv = [item for key, value in train_args.items() for item in ("--" + key.replace("_", "-"), str(value))]
-    directory = Path(run_dir) if run_dir else runs.claim_run_dir(Path("runs"), profile.name, strategy,
-                                                                    datetime.now())
-    return build_plan(profile, strategy, parse_train_args(argv), run_dir=str(directory.absolute()),
-                      python=sys.executable, workdir=str(Path.cwd()))
+    name = strategy if code is None else (code.function or "function").split(":")[-1]
+    directory = Path(run_dir) if run_dir else runs.claim_run_dir(Path("runs"), profile.name, name, datetime.now())
+    return build_plan(profile, strategy, code, args=argv, run_dir=str(directory.absolute()),
+                      python="python", workdir=str(Path.cwd()))
 
 
-def _worker(entry_module: str, argv: tuple[str, ...]) -> None:
-    importlib.import_module(entry_module).main(list(argv))
+def _launch(plan: LaunchPlan, function: Callable[..., None], arguments: tuple[Any, ...]) -> None:
+    from accelerate import notebook_launcher
+
+    from launch.backends import local
+
+    local.preflight(plan.profile)
+    runs.prepare_run_dir(plan, render_text(plan))
+    with _environment(dict(plan.env)):
+        notebook_launcher(function, args=arguments, num_processes=plan.profile.procs_per_node,
+                          master_addr="127.0.0.1", use_port=str(_free_port()))
+    _forget_accelerate_state()
+
+
+def _as_rank(run: Callable[[], object]) -> None:
+    """One process of the launcher: its log and record kept as launch's worker keeps them."""
+    status = worker.run_here(run, rank=int(os.environ.get("RANK", 0)))  # type: ignore[arg-type]
+    if status:
+        raise RuntimeError(f"rank {os.environ.get('RANK', 0)} failed (exit status {status}); see its log")
+
+
+def _call_function(function: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
+    def call() -> None:
+        function(*arguments)  # what it returns stays in its process
+
+    _as_rank(call)
+
+
+def _run_module(entry_module: str, argv: tuple[str, ...]) -> None:
+    _as_rank(lambda: importlib.import_module(entry_module).main(list(argv)))
 
 
 @contextmanager

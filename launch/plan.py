@@ -168,7 +168,7 @@ def process_command(inputs: _Inputs) -> list[str]:
     example, code = inputs.strategy.example, inputs.code
     if inputs.profile.device == "xla":
         if inputs.bundled and example.xla_launcher:
-            return ["-m", example.xla_launcher, *code.argv()]
+            return ["-m", example.xla_launcher, str(code.module), *code.args]
         if inputs.strategy.runner.name == "accelerate":
             return code.argv()  # Accelerate's TPU launcher imports the script and spawns its main function
     return ["-m", WORKER, *code.argv()]

@@ -37,11 +37,13 @@ USAGE = "usage: python -m launch.worker SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """The user's code: a script path or a module name, and its arguments, verbatim."""
+    """The user's code: a script path or a module name, and its arguments, verbatim (or a notebook's function,
+    named here for people; the function itself reaches the processes through fork)."""
 
     script: str | None = None
     module: str | None = None
     args: tuple[str, ...] = ()
+    function: str | None = None
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> Target:
@@ -53,10 +55,14 @@ class Target:
 
     def argv(self) -> list[str]:
         """This target on the worker's command line (what follows ``-m launch.worker``)."""
+        if self.function:
+            return [f"<function {self.function}>"]
         return [*(["-m", self.module] if self.module else [str(self.script)]), *self.args]
 
     def run_as_main(self) -> None:
         """Run the code in this process as its ``python`` command line would."""
+        if self.function:
+            raise RuntimeError(f"{self.function}: a function runs through launch.notebook, not by name")
         if self.module:
             sys.argv = [self.module, *self.args]  # run_module puts the module's file in sys.argv[0]
             runpy.run_module(self.module, run_name="__main__", alter_sys=True)

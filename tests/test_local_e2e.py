@@ -150,14 +150,16 @@ def test_a_wheel_install_carries_the_bundled_profiles(tmp_path: Path) -> None:
 
 
 def _processes_mentioning(text: str) -> list[int]:
+    """Processes whose command line or environment (LAUNCH_RUN_DIR, for every process of a run) holds ``text``."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+            if entry.name.isdigit() and any(text in (entry / part).read_bytes().decode(errors="replace")
+                                            for part in ("cmdline", "environ")):
                 found.append(int(entry.name))
         except OSError:
             continue
-    return found
+    return [pid for pid in found if pid != os.getpid()]
 
 
 def _wait_for(condition, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]

@@ -21,3 +21,21 @@ def test_ci_runs_the_readme_test_command() -> None:
     _, test_suite = readme_commands()
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_suite in ci_lines
+
+
+def test_readme_says_first_how_to_launch_your_own_script_and_lists_every_variable_launch_sets() -> None:
+    from launch.job import ENVIRONMENT
+
+    readme = (ROOT / "README.md").read_text()
+    sections = re.findall(r"^## (.+)$", readme, flags=re.MULTILINE)
+    assert sections[0] == "Your own training script"
+    table = dict(re.findall(r"^\| `(LAUNCH_[A-Z_]+)` \| (.+) \|$", readme, flags=re.MULTILINE))
+    assert table == dict(ENVIRONMENT), "the README's table is launch.job.ENVIRONMENT"
+
+
+def test_the_launcher_imports_nothing_from_the_examples() -> None:
+    """launch/ is the tool; train/ holds examples that use its public API, never the other way round."""
+    offending = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "launch").rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), start=1)
+                 if re.match(r"\s*(from train\b|import train\b)", line)]
+    assert offending == []

@@ -18,7 +18,7 @@ import torch
 from launch import job
 from train.dist_env import all_gather_objects
 from train.reporting import Progress, Reporter
-from launch.checkpoints import Position, point_at, publish, stage, staging_path  # noqa: F401 - for the examples
+from launch.checkpoints import KEEP, Position, point_at, publish, stage, staging_path  # noqa: F401 - for the examples
 from launch.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint
 
 

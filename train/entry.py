@@ -32,6 +32,19 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     else:  # where torch_xla is installed (a TPU VM), they would take XLA even for cpu=True and fail
         os.environ.setdefault("USE_TORCH_XLA", "0")
     job.watch_stops()  # where the scheduler requeues (SLURM): its signals become a checkpoint, then a stop
+    if args.device == "xla" and not job.info().launched:
+        # One of the processes torch_xla's (or Accelerate's) launcher spawned, one per device, past launch's
+        # worker: it keeps its own rank log and record through it.
+        from launch import worker
+
+        status = worker.run_here(lambda: _guarded(train, args, env), rank=env.rank)
+        if status:
+            raise SystemExit(status)  # the launcher that spawned it reports a failed process
+        return 0
+    return _guarded(train, args, env)
+
+
+def _guarded(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
     secrets = env.secret_values()
     try:
         return _run(train, args, env)

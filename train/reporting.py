@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import torch
 
 from launch import job
 from launch.secrets import scrub_data, secret_values
-from launch.layout import METRICS, RESULT, write_json_atomic
+from launch.layout import RESULT, write_json_atomic
 
 
 @dataclass
@@ -64,8 +63,7 @@ class Reporter:
 
     def record(self, **metrics: Any) -> None:
         if self.run_dir is not None:
-            with open(self.run_dir / METRICS, "a", encoding="utf-8") as sink:
-                sink.write(json.dumps(scrub_data({"time": round(time.time(), 3), **metrics}, self.secrets)) + "\n")
+            job.log_metrics(run_dir=self.run_dir, **metrics)
 
     def train_step(self, epoch: int, progress: Progress, mean_loss: float, world_size: int,
                    epoch_started: float) -> None:

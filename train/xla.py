@@ -80,14 +80,8 @@ def set_rng_state(seed: int) -> None:
 
 
 def _run_module(index: int, module_name: str, argv: list[str]) -> int:
-    """One device's process: the module's main as one rank of the job (its log and record kept by launch)."""
-    from launch import worker
-
-    rank = placement()["rank"]
-    status = worker.run_here(lambda: importlib.import_module(module_name).main(argv), rank=rank)
-    if status:
-        raise SystemExit(status)  # torch_xla's launcher reports a failed process
-    return 0
+    module = importlib.import_module(module_name)
+    return int(module.main(argv) or 0)
 
 
 def launch(module_name: str, argv: list[str]) -> None:

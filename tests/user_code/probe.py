@@ -1,0 +1,51 @@
+"""A user's torchrun-style DDP script, as users write them: its own argparse with positional arguments, the
+process group from torch's variables, one all_reduce. Each rank writes what it received to OUT/rank-N.json.
+
+    torchrun --nproc_per_node 2 probe.py OUT [EXTRA ...] [--fail raise|exit3|kill] [--fail-rank R]
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("extra", nargs="*")
+    parser.add_argument("--fail", choices=["raise", "exit3", "kill"])
+    parser.add_argument("--fail-rank", type=int, default=1)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    args, _ = parser.parse_known_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    os.makedirs(args.out, exist_ok=True)
+    record = {"argv": sys.argv[1:], "argv0": sys.argv[0], "name": __name__, "host": socket.gethostname(),
+              "sum": total.item(), **{key: os.environ.get(key) for key in (
+                  "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                  "LAUNCH_RUN_DIR", "LAUNCH_CHECKPOINT_DIR")}}
+    with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as sink:
+        json.dump(record, sink)
+    print(f"probe rank {rank} of {dist.get_world_size()} on {socket.gethostname()}: sum {total.item():g}", flush=True)
+    if args.fail and rank == args.fail_rank:
+        if args.fail == "raise":
+            raise RuntimeError(f"probe failure on rank {rank}")
+        if args.fail == "exit3":
+            sys.exit(3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(args.sleep)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
