@@ -1,7 +1,8 @@
 """What launch costs on top of plain torchrun, and each process's peak memory, side by side.
 
-Each strategy of `launch submit` on a profile (local-cpu: 2 processes), against the same model and data in a
-minimal hand-written DDP script under plain torchrun (bench/handwritten_ddp.py). Per run: time from the
+Each strategy of `launch submit` on a profile (local-cpu: 2 processes), and a minimal hand-written DDP script
+(bench/handwritten_ddp.py, the same model and data) through `launch submit --script`, against that script
+under plain torchrun. Per run: time from the
 command's start to the first optimizer step (rank 0), samples per second over the training loop of a fixed
 number of steps, and the peak resident memory of each rank. Runs are interleaved round after round;
 the tables give medians and ratios to the hand-written script.
@@ -27,13 +28,19 @@ from pathlib import Path
 from common import ROOT, default_profile, launch_submit, median, rank_peak_rss_mb, table, write_json
 
 HANDWRITTEN = "hand-written DDP + torchrun"
+HANDWRITTEN_LAUNCHED = "hand-written DDP + launch --script"
 STRATEGIES = ("ddp", "accelerate", "trainer")
+SCRIPT = ROOT / "bench" / "handwritten_ddp.py"
 
 
-def handwritten(procs: int, steps: int, out: Path) -> dict[str, object]:
+def handwritten(procs: int, steps: int, out: Path, *, profile: str | None = None) -> dict[str, object]:
+    """The hand-written script under plain torchrun, or, given a profile, as a user's script through launch."""
     started = time.time()
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs),
-                    str(ROOT / "bench" / "handwritten_ddp.py"), "--max-steps", str(steps), "--out", str(out)],
+    starter = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs),
+               str(SCRIPT)] if profile is None else \
+        [sys.executable, "-m", "launch", "submit", "--profile", profile, "--script", str(SCRIPT), "--run-dir",
+         str(out / "run"), "--"]
+    subprocess.run([*starter, "--max-steps", str(steps), "--out", str(out)],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(procs)]
@@ -58,10 +65,12 @@ def main() -> None:
     from launch.profile_loader import load_profile
 
     procs = load_profile(options.profile).procs_per_node
-    runs: dict[str, list[dict[str, object]]] = {name: [] for name in (HANDWRITTEN, *STRATEGIES)}
+    runs: dict[str, list[dict[str, object]]] = {name: [] for name in (HANDWRITTEN, HANDWRITTEN_LAUNCHED, *STRATEGIES)}
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as scratch:
         for round_number in range(options.rounds):
             runs[HANDWRITTEN].append(handwritten(procs, options.steps, Path(scratch, f"hand-{round_number}")))
+            runs[HANDWRITTEN_LAUNCHED].append(handwritten(procs, options.steps, Path(scratch, f"script-{round_number}"),
+                                                          profile=options.profile))
             for strategy in STRATEGIES:
                 runs[strategy].append(ours(options.profile, strategy, options.steps,
                                            Path(scratch, f"{strategy}-{round_number}")))

@@ -83,6 +83,7 @@ class Bootstrap:
         # at once on USR2); code that watches stop signals (launch.job) checkpoints first. This process waits,
         # and on USR2 the first task requeues the job through submitit once the code has ended.
         requeue = signal.getsignal(signal.SIGUSR2)
+        signal.pthread_sigmask(signal.SIG_BLOCK, worker.FORWARDED)  # until supervise forwards them (no gap)
         for sig in (signal.SIGUSR2, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         ending = worker.supervise(self.code.run_as_main, rank=facts.global_rank)

@@ -120,6 +120,8 @@ def _first_line(text: str) -> str:
 
 def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> LaunchPlan:
     """The plan of ``render`` and ``submit``; every refusal comes before a run folder is made."""
+    from launch import backends
+
     profile = load_profile(args.profile)
     strategy = get_strategy(args.strategy)
     code = None if args.script is None and args.module is None else \
@@ -138,7 +140,7 @@ def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -
                           Path("runs") / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
     if code is None:
         check_example_args(strategy, tuple(code_args))
-    elif placeholder.job.backend != "gcloud":  # TPU hosts run their own copy of the project, with their Python
+    elif not backends.get(placeholder.job.backend).own_hosts:
         check_code(code, python=sys.executable, workdir=str(Path.cwd()))
     if args.run_dir is not None or not for_submit:
         return placeholder  # render stays repeatable: the time is filled in when the job is submitted
@@ -165,7 +167,7 @@ def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
     backend = backends.get(plan.job.backend)
     run_dir = Path(plan.run_dir)
     created = args.run_dir is None or not run_dir.exists()  # claimed just now, or to be made now
-    on_hosts = plan.job.backend == "gcloud"  # its checkpoints are on the TPU hosts, not here
+    on_hosts = backend.own_hosts  # its checkpoints are on the hosts, not here
     try:
         checkpoint = _prepare(plan, backend, resume=args.resume and not on_hosts)
     except LaunchError:
@@ -190,7 +192,7 @@ def _prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, o
     from launch import backends
 
     missing = [name for name in plan.profile.secrets if name not in os.environ]
-    if missing and plan.job.backend != "gcloud":  # TPU hosts reached through gcloud have their own environment
+    if missing and not backend.own_hosts:  # hosts with their own environment
         raise SubmitError(f"{plan.profile.source}: secrets: {', '.join(missing)} not set in this environment",
                           "export it before submitting; launch passes secrets only through the environment")
     run_dir = Path(plan.run_dir)

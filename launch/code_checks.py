@@ -14,9 +14,17 @@ from launch.worker import Target
 # Run by the job's Python in the submitting folder: finds the module as `python -m` there would (a package's
 # __init__ runs; the module itself is not executed).
 _FIND_MODULE = ("import importlib.util, sys\n"
-                "try:\n    found = importlib.util.find_spec(sys.argv[1])\n"
-                "except Exception as error:\n    sys.exit(f'{type(error).__name__}: {error}')\n"
-                "sys.exit(0 if found else f'No module named {sys.argv[1]!r}')\n")
+                "name = sys.argv[1]\n"
+                "try:\n"
+                "    found = importlib.util.find_spec(name)\n"
+                "    if found and found.submodule_search_locations is not None:\n"
+                "        found = importlib.util.find_spec(name + '.__main__')  # python -m runs a package's __main__\n"
+                "    if found is None:\n"
+                "        sys.exit(f'No module named {name!r}' if importlib.util.find_spec(name) is None\n"
+                "                 else f'{name} is a package without a __main__ module')\n"
+                "    getattr(found.loader, 'get_code', lambda _: None)(found.name)  # compiles it; runs nothing\n"
+                "except Exception as error:\n"
+                "    sys.exit(f'{type(error).__name__}: {error}')\n")
 MODULE_CHECK_TIMEOUT_S = 60
 
 
@@ -28,6 +36,15 @@ def check_code(code: Target, *, python: str, workdir: str) -> None:
             what = "is a folder, not a script" if path.is_dir() else "no such file"
             raise LaunchError(f"--script {code.script}: {what} (looked in {workdir})",
                               "give the path of your training script, relative to this folder or absolute")
+        try:
+            compile(path.read_bytes(), str(path), "exec")  # a syntax error is found here, not after the queue
+        except SyntaxError as error:
+            raise LaunchError(f"--script {code.script}: line {error.lineno}: {error.msg}",
+                              "the script does not compile") from None
+        except ValueError as error:  # source with NUL bytes
+            raise LaunchError(f"--script {code.script}: does not compile ({error})") from None
+        except OSError as error:
+            raise LaunchError(f"--script {code.script}: cannot be read ({error.strerror})") from None
         return
     name = str(code.module)
     try:

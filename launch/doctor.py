@@ -94,7 +94,8 @@ def missing_for(profile: Profile, machine: Machine) -> list[str]:
 
     plan = build_plan(profile, "ddp", run_dir="/launch-doctor", python=sys.executable, workdir=os.getcwd())
     needs: list[str] = []
-    if plan.job.backend != "gcloud":  # TPU hosts reached through gcloud have their own Python
+    backend = backends.get(plan.job.backend)
+    if not backend.own_hosts:  # hosts with their own Python have their own packages
         needs += [f"{name} (pip install -e .)" for name in ("torch", "accelerate", "transformers")
                   if machine.packages[name] is None]
     if plan.job.backend in ("submitit", "sbatch"):
@@ -104,7 +105,7 @@ def missing_for(profile: Profile, machine: Machine) -> list[str]:
         if machine.packages["submitit"] is None:
             needs.append("submitit (for --launcher submitit)")
     try:
-        backends.get(plan.job.backend).preflight(plan)
+        backend.preflight(plan)
     except SubmitError as error:
         needs.append(str(error).removeprefix(f"{profile.source}: "))
     return needs

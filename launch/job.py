@@ -14,8 +14,8 @@ torch's variables alone: one process, no run folder. Importing this module impor
     for step in range(...):
         ...
         if job.should_stop():             # preemption or time limit, agreed at this step by every rank
-            if me.is_main:
-                with job.save_checkpoint(step) as folder:
+            with job.save_checkpoint(step) as folder:   # on every rank; published when all are done
+                if me.is_main:
                     torch.save(state, folder / "state.pt")
             raise job.StopRequested(step)  # the job is requeued and continues from that checkpoint
 """
@@ -130,16 +130,31 @@ def resume_from() -> Path | None:
 
 @contextmanager
 def save_checkpoint(step: int, **record: Any) -> Iterator[Path]:  # noqa: ANN401 - JSON-like values
-    """An empty folder to write the checkpoint of ``step`` into (one process: the main one); when the block
-    ends without an error it is renamed into place and becomes the one ``resume_from`` returns. A process
-    killed while writing leaves the previous checkpoint in force."""
+    """The folder to write the checkpoint of ``step`` into: call it on every rank, at the same step; each
+    writes what it owns (often only the main process writes). When every rank has left the block without an
+    error, the main process renames the folder into place and it becomes the one ``resume_from`` returns. A
+    process killed while writing leaves the previous checkpoint in force. ``record`` adds fields to
+    checkpoints/latest.json."""
     me = info()
     if me.run_dir is None:
         raise RuntimeError(f"save_checkpoint: {RUN_DIR} is not set; start the job with launch")
-    staged = checkpoints.stage(me.run_dir, step)
+    staged = checkpoints.staging_path(me.run_dir, step)
+    if me.is_main:
+        checkpoints.stage(me.run_dir, step)
+    _barrier()  # nobody writes into a folder the main process is still clearing
     yield staged
-    checkpoints.publish(me.run_dir, staged, checkpoints.Position(step=step), **{
-        "strategy": record.pop("strategy", "script"), "world_size": record.pop("world_size", me.world_size)})
+    _barrier()  # every rank's part is written
+    if me.is_main:
+        checkpoints.publish(me.run_dir, staged, checkpoints.Position(step=step), **{
+            "strategy": record.pop("strategy", "script"), "world_size": record.pop("world_size", me.world_size)})
+    _barrier()  # nobody runs ahead of a checkpoint that is not yet in place
+
+
+def _barrier() -> None:
+    """A barrier over the default process group, where the code made one (torch is never imported here)."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        distributed.barrier()
 
 
 # --- metrics -----------------------------------------------------------------------------------------------
@@ -229,11 +244,26 @@ def agreed_stop(device: Any = None) -> int | None:  # noqa: ANN401 - a torch.dev
     if not (dist.is_available() and dist.is_initialized()):
         return local or None
     if device is None:
-        backend = dist.get_backend()
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        device = _collective_device(dist.get_backend())
     flag = torch.tensor([local], dtype=torch.int64, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return int(flag.item()) or None
+
+
+def _collective_device(backend: str) -> Any:  # noqa: ANN401 - a torch.device
+    """Where a tensor for the default group's collectives lives: the group's own GPU under NCCL (the one
+    init_process_group was bound to, else this process's LOCAL_RANK), XLA's device, or the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        bound = getattr(dist.group.WORLD, "bound_device_id", None)
+        return bound if bound is not None else torch.device("cuda", info().local_rank)
+    if backend == "xla":
+        import torch_xla
+
+        return torch_xla.device()
+    return torch.device("cpu")
 
 
 def should_stop(device: Any = None) -> bool:  # noqa: ANN401 - a torch.device

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ def latest_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write JSON to a temporary file, then rename it over ``path``: readers never see half a file."""
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per writer: two never share one
     temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     temporary.replace(path)
 

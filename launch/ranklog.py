@@ -151,7 +151,9 @@ def record_rank(run_dir: str | Path | None, rank: int, status: str, error: BaseE
         reason = f"{type(error).__name__}: {error}".splitlines()[0][:500]
     if reason:
         note["error"] = scrub(reason, secret_values(os.environ))
-    write_json_atomic(rank_state_path(run_dir, rank), note)
+    path = rank_state_path(run_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, note)
 
 
 _console: Console | None = None  # the main rank's terminal, while its output is captured

@@ -118,10 +118,11 @@ def rank_pids(run_dir: Path) -> list[int]:
 
 def first_failure(run_dir: Path) -> dict[str, Any] | None:
     """The rank that failed first, as torchelastic reports it: a rank's own error before a rank that died
-    without a word (killed from outside), and either before a rank that only lost a dead peer."""
+    without a word (killed from outside, its supervisor too), and either before a rank that only lost a dead
+    peer or failed after launcher or scheduler had already signalled it to stop."""
     notes = rank_notes(run_dir)
     failed = [note for note in notes if note.get("status") == "failed"]
-    own = [note for note in failed if not _lost_a_peer(str(note.get("error", "")))]
+    own = [note for note in failed if not _lost_a_peer(str(note.get("error", ""))) and not note.get("after_signal")]
     if own:
         return min(own, key=lambda note: note.get("time", 0.0))
     silent = [note for note in notes if note.get("status") == "running"]

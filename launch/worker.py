@@ -96,48 +96,74 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
     run_dir = job.info().run_dir
     sys.stdout.flush()
     sys.stderr.flush()
-    child = os.fork()
-    if child == 0:
-        die_with_parent(signal.SIGKILL)
-        _end_child(run_here(run, rank=rank))
     received: list[int] = []
+    child = 0
 
     def forward(signum: int, frame: object) -> None:
         received.append(signum)
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    ranklog.record_rank(run_dir, rank, "running", pid=child, supervisor=os.getpid())
-    try:
-        while True:
+        if child:
             try:
-                _, status, usage = os.wait4(child, 0)
-                break
-            except ChildProcessError:
-                status, usage = 0, None
-                break
+                os.kill(child, signum)
+            except ProcessLookupError:
+                pass
+
+    previous = {sig: signal.getsignal(sig) for sig in (*FORWARDED, signal.SIGCHLD)}
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would lose the child's exit status
+    parent = os.getpid()
+    # A signal that comes while the child is being made waits (blocked) until the forwarding is in place; the
+    # child starts with the handlers this process had, and gets its own pending signals when it unblocks.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        child = os.fork()
+        if child == 0:
+            _child(run, rank=rank, parent=parent)
+        for sig in FORWARDED:
+            signal.signal(sig, forward)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    try:
+        _, status, usage = os.wait4(child, 0)  # retried after each forwarded signal (PEP 475)
+        ending = Ending(exit_code=os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 0,
+                        signum=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, received=tuple(received))
+        rss: float | None = round(usage.ru_maxrss / 1024, 1)
+    except ChildProcessError:  # reaped elsewhere: its status is unknown, so never a success
+        ending, rss = Ending(exit_code=255, received=tuple(received)), None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    ending = Ending(exit_code=os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 0,
-                    signum=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, received=tuple(received))
-    _record_ending(run_dir, rank, child, ending, max_rss_mb=round(usage.ru_maxrss / 1024, 1) if usage else None)
+    _record_ending(run_dir, rank, child, ending, max_rss_mb=rss)
     return ending
 
 
+def _child(run: Callable[[], int | None], *, rank: int, parent: int) -> NoReturn:
+    """The supervised process: it dies with its supervisor, and never returns into the caller's frames."""
+    status = 1
+    try:
+        die_with_parent(signal.SIGKILL)
+        if os.getppid() != parent:  # the supervisor died before the line above: nobody would watch this rank
+            status = 128 + signal.SIGKILL
+        else:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+            status = run_here(run, rank=rank)
+    except BaseException:  # noqa: BLE001 - launch's own failure around the code: reported, then the rank ends
+        traceback.print_exc()
+    finally:
+        _end_child(status)
+
+
 def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, **facts: object) -> None:
-    """What the code could not say itself: a signal, ``os._exit``, a record left at "running"."""
+    """What the code could not say itself: a signal, ``os._exit``, a record left at "running"; and whether a
+    failure came after a stop signal reached the rank (then it is a casualty, not the cause)."""
     if run_dir is None:
         return
     said = ranklog.read_rank(run_dir, rank) or {}
     facts = {key: value for key, value in facts.items() if value is not None}
+    after = {"after_signal": signal.Signals(ending.received[0]).name} if ending.received else {}
     if said.get("status") not in (None, "running") and said.get("pid") == child:
-        kept = {k: v for k, v in said.items() if k not in ("rank", "host", "pid", "status", "time", "error")}
+        kept = {k: v for k, v in said.items() if k not in ("rank", "host", "pid", "status", "error")}
         ranklog.record_rank(run_dir, rank, str(said["status"]), reason=str(said.get("error", "")), pid=child,
-                            **{**kept, **facts, "exit_code": ending.shell_status})
+                            **{**kept, **facts, "exit_code": ending.shell_status,
+                               **(after if said["status"] == "failed" else {})})
         return
     stopped_by = next((sig for sig in ending.received if sig in (ending.signum, ending.exit_code - 128)), None)
     if ending.signum is None and ending.exit_code == 0:
@@ -149,7 +175,8 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
     else:
         status, reason = "failed", f"exited with status {ending.exit_code}"
     ranklog.record_rank(run_dir, rank, status, reason=reason, pid=child, exit_code=ending.shell_status,
-                        **({"signal": signal.Signals(ending.signum).name} if ending.signum else {}), **facts)
+                        **({"signal": signal.Signals(ending.signum).name} if ending.signum else {}),
+                        **(after if status == "failed" else {}), **facts)
 
 
 def describe_signal(signum: int) -> str:
@@ -172,6 +199,10 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
             ranklog.record_rank(me.run_dir, rank, "stopped", request, exit_code=0)
             print(f"{request}; the job continues from it when it runs again", flush=True)
             return 0
+        except KeyboardInterrupt:  # SIGINT (Ctrl-C reaches every process of the terminal's group): stopped
+            ranklog.record_rank(me.run_dir, rank, "stopped", reason="interrupted by SIGINT",
+                                exit_code=128 + signal.SIGINT)
+            return 128 + signal.SIGINT
         except BaseException as error:  # noqa: BLE001 - any end of the user's code is reported, then ends the rank
             traceback.print_exc()
             ranklog.record_rank(me.run_dir, rank, "failed", error, exit_code=1)

@@ -21,7 +21,7 @@ def _listing(run_dir: Path) -> dict[str, bytes]:
 def test_a_folder_holding_another_run_is_refused_and_untouched(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    other = _render_into(run_dir).replace("--profile-name local-cpu", "--profile-name elsewhere")
+    other = _render_into(run_dir).replace("LAUNCH_PROFILE=local-cpu", "LAUNCH_PROFILE=elsewhere")
     (run_dir / "plan.txt").write_text(other)
     before = _listing(run_dir)
     done = run_cli("submit", *COMMAND, "--run-dir", str(run_dir))

@@ -130,10 +130,13 @@ def test_a_user_script_on_the_runtime_api_runs_locally_and_report_draws_its_metr
     (["--script", "missing.py"], "--script missing.py: no such file"),
     (["--module", "userpkg.nope"], "--module userpkg.nope: does not import"),
     (["--module", "nopkg.train"], "No module named 'nopkg'"),
+    (["--script", "{tmp}/broken.py"], "/broken.py: line 2: "),
 ])
 def test_code_that_cannot_run_is_refused_before_anything_is_made(tmp_path: Path, code: list[str],
                                                                  expected: str) -> None:
+    (tmp_path / "broken.py").write_text("print('a script with a typo')\nif True print('x')\n")
     run_dir = tmp_path / "run"
+    code = [part.replace("{tmp}", str(tmp_path)) for part in code]
     done = run_cli("submit", "--profile", "local-cpu", *code, "--run-dir", str(run_dir), "--", "x", cwd=USER_CODE)
     assert done.returncode == 2 and expected in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert not run_dir.exists() and not (USER_CODE / "runs").exists()

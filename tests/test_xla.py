@@ -72,7 +72,7 @@ def test_each_strategy_trains_on_an_xla_device(submitted, strategy: str) -> None
     latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
     assert latest["step"] == STEPS and (run_dir / latest["path"]).is_dir()
     if strategy == "ddp":  # the process group is XLA's own backend, even alone
-        assert "--dist-backend xla" in (run_dir / "plan.txt").read_text()
+        assert "LAUNCH_DIST_BACKEND=xla" in (run_dir / "plan.txt").read_text()
 
 
 @pytest.mark.e2e

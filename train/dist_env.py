@@ -6,59 +6,31 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 
 from train.args import TrainArgs
 from launch import job
-from launch.secrets import mask, secret_values
+from launch.job import JobInfo
+from launch.secrets import mask
 
 
-@dataclass(frozen=True, kw_only=True)
-class DistEnv:
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    local_world_size: int = 1
-    node_rank: int = 0
-    num_nodes: int = 1
-    launched: bool = False  # started by a distributed launcher, even at world size 1
-    master_addr: str = ""
-    master_port: str = ""
-    plan_env: tuple[str, ...] = ()  # the variables the launch plan added, by name
-    secret_names: tuple[str, ...] = ()  # names the profile marks secret
+DistEnv = JobInfo  # who this process is, as launch.job says (the examples' name for it)
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
-    @classmethod
-    def from_environ(cls) -> DistEnv:
-        """Values torchrun (or the SLURM task) set; a plain single process when they are absent."""
-        me = job.info()
-        return cls(rank=me.rank, local_rank=me.local_rank, world_size=me.world_size,
-                   local_world_size=me.local_world_size, node_rank=me.node_rank, num_nodes=me.num_nodes,
-                   launched=me.launched, master_addr=me.master_addr, master_port=me.master_port,
-                   plan_env=me.plan_env, secret_names=me.secret_names)
+def for_device(device: str) -> DistEnv:
+    """This process's place in the job: launch's answer, or on an XLA device PJRT's (torch_xla's launcher
+    sets no RANK)."""
+    me = job.info()
+    if device != "xla":
+        return me
+    from train import xla
 
-    @classmethod
-    def from_xla(cls) -> DistEnv:
-        """On an XLA device: PJRT's runtime says who this process is (torch_xla's launcher sets no RANK)."""
-        from train import xla
+    return replace(me, **xla.placement(), launched=True)
 
-        me = job.info()
-        return cls(**xla.placement(), launched=True, plan_env=me.plan_env, secret_names=me.secret_names)
 
-    @classmethod
-    def for_device(cls, device: str) -> DistEnv:
-        return cls.from_xla() if device == "xla" else cls.from_environ()
-
-    def shown(self, name: str) -> str:
-        """A variable's value as this process may print it: secrets masked."""
-        return mask(name, os.environ.get(name, ""), self.secret_names)
-
-    @staticmethod
-    def secret_values() -> tuple[str, ...]:
-        return secret_values(os.environ)
+def shown(env: DistEnv, name: str) -> str:
+    """A variable's value as this process may print it: secrets masked."""
+    return mask(name, os.environ.get(name, ""), env.secret_names)
 
 
 class RendezvousError(RuntimeError):

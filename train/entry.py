@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from pathlib import Path
 from collections.abc import Callable
 
 from launch import job
 from launch.lifetime import die_with_parent
-from launch.secrets import scrub
+from launch.secrets import scrub, secret_values
 from train.args import TrainArgs, parse_train_args, with_job_defaults
-from train.dist_env import DistEnv
+from train.dist_env import DistEnv, for_device, shown
 from train.reporting import Reporter
 
 TrainFunction = Callable[[TrainArgs, DistEnv, Reporter], dict[str, object]]
@@ -25,7 +26,7 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS (launch's values filling what they leave unset), train, and write result.json on the
     main process."""
     args = with_job_defaults(parse_train_args(sys.argv[1:] if argv is None else argv))
-    env = DistEnv.for_device(args.device)
+    env = for_device(args.device)
     if args.device == "xla":  # Accelerate and Transformers read it on XLA devices other than TPUs (else -1: silent)
         os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
         die_with_parent()  # a spawned XLA worker ends with its launcher (`cancel`, pkill on a pod's hosts)
@@ -45,7 +46,7 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
 
 
 def _guarded(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
-    secrets = env.secret_values()
+    secrets = secret_values(os.environ)
     try:
         return _run(train, args, env)
     except Exception as error:
@@ -62,8 +63,10 @@ def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
     print(f"rank {env.rank}/{env.world_size} (local rank {env.local_rank}, node {env.node_rank}) on "
           f"{socket.gethostname()}, pid {os.getpid()}{rendezvous}", flush=True)
     if env.plan_env:
-        print("environment from the plan: " + " ".join(f"{name}={env.shown(name)}" for name in env.plan_env),
+        print("environment from the plan: " + " ".join(f"{name}={shown(env, name)}" for name in env.plan_env),
               flush=True)
+    if args.run_dir and env.is_main:
+        Path(args.run_dir).mkdir(parents=True, exist_ok=True)  # run without launch, into a new folder
     reporter = Reporter(args.run_dir, is_main=env.is_main)
     result = train(args, env, reporter)
     if env.is_main:

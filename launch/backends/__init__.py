@@ -24,12 +24,16 @@ BACKENDS: dict[str, str] = {  # name -> "module:object"
     "sbatch": "launch.backends.slurm:SBATCH",
     "gcloud": "launch.backends.gcloud:BACKEND",
 }
+RENAMED = {"slurm": "sbatch", "tpu": "gcloud"}  # what older run folders' state.json calls a backend
 ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
           "requeue_fed", "suspended", "resizing", "signaling", "stage_out"}
 
 
 class Backend(Protocol):
     name: str
+    # The job runs on hosts with their own copy of the project, Python, environment and run folder (TPU hosts
+    # through gcloud): the code, secrets and checkpoints are checked there, not here.
+    own_hosts: bool
 
     def render(self, plan: LaunchPlan) -> list[str]:
         """The job's part of ``render``: what is run where, and how it is handed over."""
@@ -59,6 +63,7 @@ def recorded(run_dir: Path) -> tuple[Backend, State]:
     """The backend a run folder's state names, and that state (a run never started is a local one)."""
     state = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
     name = str(state.get("backend", "local"))
+    name = RENAMED.get(name, name)
     return get(name if name in BACKENDS else "local"), state
 
 

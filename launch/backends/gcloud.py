@@ -5,11 +5,12 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path, PurePosixPath
 
 from launch import runs, tpu
 from launch.backends import State, local
-from launch.errors import LaunchError, SubmitError, WorkerFailure
+from launch.errors import LaunchError, SubmitError
 from launch.plan import GcloudJob, LaunchPlan, NodeCommand
 from launch.render import file_lines, node_lines
 
@@ -20,20 +21,6 @@ def preflight() -> None:
     if shutil.which("gcloud") is None:
         raise SubmitError("gcloud: not found on PATH; launch reaches TPU hosts through the Google Cloud CLI",
                           "install it (https://cloud.google.com/sdk/docs/install), then `gcloud auth login`")
-
-
-def run(plan: LaunchPlan) -> local.Outcome:
-    """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped
-    here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
-    record = _record(plan)
-    outcome = local.run_node(Path(plan.run_dir), _gcloud_node(plan), record=record, then=_job(plan).after_argv)
-    if outcome.cancelled:
-        stop_on_hosts(record)
-    return outcome
-
-
-def start_detached(plan: LaunchPlan) -> int:
-    return local.start_detached(plan, _gcloud_node(plan), record=_record(plan), then=_job(plan).after_argv)
 
 
 def cancel(run_dir: Path, state: dict[str, object]) -> bool:
@@ -55,6 +42,14 @@ def stop_on_hosts(state: dict[str, object]) -> None:
         raise SubmitError(f"stopping the run on the TPU hosts failed ({error})", by_hand) from None
     if done.returncode:
         raise SubmitError(f"stopping the run on the TPU hosts failed ({done.stderr.strip()[-300:]})", by_hand)
+
+
+def _stop_or_warn(state: dict[str, object]) -> None:
+    """After Ctrl-C or SIGTERM here: the run stopped on the hosts too, or a warning that says how to stop it."""
+    try:
+        stop_on_hosts(state)
+    except SubmitError as error:
+        print(f"launch: warning: {error}", file=sys.stderr)
 
 
 def print_rank_log(state: dict[str, object], rank: int) -> None:
@@ -87,6 +82,7 @@ class GcloudBackend:
     """TPU hosts through gcloud: the one gcloud command runs here like a local job; cancel reaches every host."""
 
     name = "gcloud"
+    own_hosts = True
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)
@@ -101,23 +97,16 @@ class GcloudBackend:
         preflight()
 
     def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
-        run_dir = Path(plan.run_dir)
-        print(f"run dir: {run_dir}", flush=True)
-        if detach:
-            launcher_pid = start_detached(plan)
-            print(f"started in the background (launcher pid {launcher_pid}); follow it with: "
-                  f"python -m launch status {shlex.quote(str(run_dir))}")
-            return 0
-        outcome = run(plan)
-        logs = f"{_job(plan).host_folder}/{runs.LOGS} on each TPU host"
-        if outcome.cancelled:
-            raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
-        if outcome.exit_code != 0:
-            raise WorkerFailure(f"the job failed on the TPU hosts (gcloud's exit status {outcome.exit_code}; after a "
-                                f"dropped connection they may still run: python -m launch cancel {run_dir}); rank "
-                                f"logs: {logs}", exit_status=outcome.exit_code)
-        print(runs.result_summary(run_dir))
-        return 0
+        """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped
+        here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
+        job, record, run_dir = _job(plan), _record(plan), Path(plan.run_dir)
+        return local.execute_here(
+            plan, _gcloud_node(plan), detach=detach, record=record, then=job.after_argv,
+            follow=f"status {shlex.quote(str(run_dir))}", logs=f"{job.host_folder}/{runs.LOGS} on each TPU host",
+            on_cancel=lambda: _stop_or_warn(record),
+            failure=lambda status: f"the job failed on the TPU hosts (gcloud's exit status {status}; after a dropped "
+                                   f"connection they may still run: python -m launch cancel {run_dir}); rank logs: "
+                                   f"{job.host_folder}/{runs.LOGS} on each TPU host")
 
     def status(self, run_dir: Path, state: State) -> State:
         return local.current_status(run_dir, state)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 from launch import runs, shell
@@ -218,10 +219,32 @@ def _detached_main(run_dir: str) -> int:
                     then=tuple(given["then"])).exit_code
 
 
+def execute_here(plan: LaunchPlan, node: NodeCommand, *, detach: bool, follow: str, logs: str,
+                 failure: Callable[[int], str], record: dict[str, object] | None = None, then: tuple[str, ...] = (),
+                 on_cancel: Callable[[], None] = lambda: None) -> int:
+    """``node`` run from here, in the foreground to its end (its failure one line, ``failure(status)``) or
+    detached (``follow``: the launch command that follows it)."""
+    run_dir = Path(plan.run_dir)
+    print(f"run dir: {run_dir}", flush=True)
+    if detach:
+        launcher_pid = start_detached(plan, node, record=record, then=then)
+        print(f"started in the background (launcher pid {launcher_pid}); follow it with: python -m launch {follow}")
+        return 0
+    outcome = run_node(run_dir, node, record=record, then=then)
+    if outcome.cancelled:
+        on_cancel()
+        raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
+    if outcome.exit_code != 0:
+        raise WorkerFailure(failure(outcome.exit_code), exit_status=outcome.exit_code)
+    print(runs.result_summary(run_dir))
+    return 0
+
+
 class LocalBackend:
     """This machine: the node's launcher (torchrun, accelerate launch) as a child, or detached."""
 
     name = "local"
+    own_hosts = False
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)
@@ -232,19 +255,9 @@ class LocalBackend:
 
     def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
         run_dir = Path(plan.run_dir)
-        print(f"run dir: {run_dir}", flush=True)
-        if detach:
-            launcher_pid = start_detached(plan)
-            print(f"started in the background (launcher pid {launcher_pid}); follow it with: "
-                  f"python -m launch logs {shlex.quote(str(run_dir))} --follow")
-            return 0
-        outcome = run_node(run_dir, _job(plan).node)
-        if outcome.cancelled:
-            raise WorkerFailure(f"the job was cancelled; rank logs: {run_dir / runs.LOGS}", exit_status=130)
-        if outcome.exit_code != 0:
-            raise WorkerFailure(runs.failure_message(run_dir, outcome.exit_code), exit_status=outcome.exit_code)
-        print(runs.result_summary(run_dir))
-        return 0
+        return execute_here(plan, _job(plan).node, detach=detach, follow=f"logs {shlex.quote(str(run_dir))} --follow",
+                            logs=str(run_dir / runs.LOGS),
+                            failure=lambda status: runs.failure_message(run_dir, status))
 
     def status(self, run_dir: Path, state: State) -> State:
         return current_status(run_dir, state)

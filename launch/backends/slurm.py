@@ -212,6 +212,8 @@ def cancel(job_id: str) -> None:
 class SlurmBackend:
     """SLURM through one of its two launchers; ``submit_job`` and ``render_job`` are the launcher's."""
 
+    own_hosts = False  # the nodes share the submitting folder, the Python and the run folder
+
     def __init__(self, name: str, submit_job: Callable[[LaunchPlan], str],
                  render_job: Callable[[LaunchPlan], list[str]]) -> None:
         self.name = name

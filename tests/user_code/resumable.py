@@ -39,10 +39,9 @@ def main() -> None:
         trained.append(step)
         job.log_metrics(step=step, loss=1.0 / step)  # what `launch report` draws
         if job.should_stop():
-            if me.is_main:
-                with job.save_checkpoint(step) as folder:
+            with job.save_checkpoint(step) as folder:
+                if me.is_main:
                     (folder / "state.json").write_text(json.dumps({"step": step, "trained": trained}))
-            dist.barrier()
             raise job.StopRequested(step)
     if me.is_main:
         os.makedirs(args.out, exist_ok=True)
