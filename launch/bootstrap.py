@@ -1,9 +1,9 @@
-"""The in-job shim of the submitit launcher: scheduler facts -> torch's contract -> the entrypoint, in-process.
+"""The in-job shim of the submitit launcher: scheduler facts -> torch's contract -> the code, supervised.
 
 submitit runs one task per training process. Each task reads who it is from submitit's JobEnvironment (SLURM's
 variables), sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT, and
-runs the code (a script or module, as ``python`` would) in a child process. Every task derives the same head node and port, so none waits for a
-rendezvous that is elsewhere.
+runs the code (a script or module, as ``python`` would) in a child process that ``launch.worker`` supervises.
+Every task derives the same head node and port, so none waits for a rendezvous that is elsewhere.
 """
 
 from __future__ import annotations

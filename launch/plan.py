@@ -19,6 +19,7 @@ from launch.errors import LaunchError
 from launch.layout import CHECKPOINTS, METRICS, RESULT
 from launch.profile import Profile
 from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
+from launch.node import NodeCommand, PlanFile
 from launch.shell import Arg, EnvRef
 from launch.strategies import NodeContext, Strategy, get_strategy
 from launch.submitit_job import SubmititJob, submitit_job
@@ -28,25 +29,6 @@ WORKER = "launch.worker"  # what runs the code in each process (python -m launch
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
 MAX_RESTARTS = 100
 REQUEUE_SIGNALS = "SIGUSR2,SIGTERM"  # what a SLURM task through submitit treats as 'checkpoint, then stop'
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeCommand:
-    """What one node runs: argv (with task-time references), the environment added, the folder."""
-
-    node_rank: int
-    argv: tuple[Arg, ...]
-    env: tuple[tuple[str, str], ...]
-    cwd: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanFile:
-    """A file written before anything starts (the sbatch script, an accelerate config)."""
-
-    path: str
-    text: str
-    executable: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from launch import shell
-from launch.plan import LaunchPlan, NodeCommand, PlanFile
+from launch.node import NodeCommand, PlanFile
+from launch.plan import LaunchPlan
 from launch.secrets import mask
 
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
 
 from launch import shell
 from launch.errors import LaunchError
+from launch.node import NodeCommand
 from launch.profile import Profile
 from launch.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.secrets import looks_secret
-
-if TYPE_CHECKING:
-    from launch.plan import NodeCommand
 
 # sbatch options launch writes itself or that would contradict what it writes, with where each comes from.
 MANAGED_OPTIONS = {"job-name": "the profile and strategy names", "nodes": "nodes",

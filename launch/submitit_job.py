@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
+from launch.node import PlanFile
 from launch.profile import Profile
 from launch.rendezvous import PORT_BASE, PORT_SPAN
 from launch.worker import Target
-
-if TYPE_CHECKING:
-    from launch.plan import PlanFile
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,10 +34,11 @@ def accelerate_test_script() -> Path:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("form", ["script", "module"])
+@pytest.mark.parametrize("form", ["script", "module", "accelerate"])
 def test_a_user_script_runs_with_its_arguments_verbatim_and_the_rank_contract(tmp_path: Path, form: str) -> None:
     out, run_dir = tmp_path / "out", tmp_path / "run"
-    code = ["--script", str(PROBE)] if form == "script" else ["--module", "userpkg.train"]
+    code = {"script": ["--script", str(PROBE)], "module": ["--module", "userpkg.train"],
+            "accelerate": ["--strategy", "accelerate", "--script", str(PROBE)]}[form]
     done = run_cli("submit", "--profile", "local-cpu", *code, "--run-dir", str(run_dir), "--", str(out), *HOSTILE,
                    cwd=USER_CODE)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -48,7 +49,7 @@ def test_a_user_script_runs_with_its_arguments_verbatim_and_the_rank_contract(tm
         assert (record["WORLD_SIZE"], record["LOCAL_WORLD_SIZE"], record["sum"]) == ("2", "2", 3.0)
         assert record["LOCAL_RANK"] == record["RANK"] and record["name"] == "__main__"
         assert record["LAUNCH_RUN_DIR"] == str(run_dir) and record["LAUNCH_CHECKPOINT_DIR"] == str(run_dir / "checkpoints")
-    assert records[0]["argv0"] == str(PROBE) if form == "script" else records[0]["argv0"].endswith("probe.py")
+    assert records[0]["argv0"] == str(PROBE) if form != "module" else records[0]["argv0"].endswith("probe.py")
     assert not (USER_CODE / "pwned").exists() and not (tmp_path / "pwned").exists()
     assert "probe rank 0 of 2" in done.stdout, "the main rank's output reaches the terminal"
     # Every command that takes a run works on it as on any other.

@@ -11,7 +11,8 @@ from pathlib import Path, PurePosixPath
 from launch import runs, tpu
 from launch.backends import State, local
 from launch.errors import LaunchError, SubmitError
-from launch.plan import GcloudJob, LaunchPlan, NodeCommand
+from launch.node import NodeCommand
+from launch.plan import GcloudJob, LaunchPlan
 from launch.render import file_lines, node_lines
 
 STOP_TIMEOUT_S = 300

@@ -20,7 +20,8 @@ from launch.devices import XLA_INSTALL_HINT, xla_unavailable
 from launch.errors import SubmitError, WorkerFailure
 from launch.job import RUN_DIR
 from launch.lifetime import die_with_parent
-from launch.plan import LaunchPlan, LocalJob, NodeCommand
+from launch.node import NodeCommand
+from launch.plan import LaunchPlan, LocalJob
 from launch.profile import Profile
 from launch.render import file_lines, node_lines
 
