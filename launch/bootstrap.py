@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
-from launch import worker
+from launch import job, ranklog, worker
 from launch.rendezvous import port_for_job
 from launch.worker import Target
 
@@ -71,10 +71,10 @@ class Bootstrap:
     def __call__(self) -> int:
         import submitit
 
-        job = submitit.JobEnvironment()
-        facts = TaskFacts(job_id=str(job.job_id), global_rank=job.global_rank, local_rank=job.local_rank,
-                          num_tasks=job.num_tasks, num_nodes=job.num_nodes, node=job.node,
-                          hostnames=tuple(job.hostnames))
+        task = submitit.JobEnvironment()
+        facts = TaskFacts(job_id=str(task.job_id), global_rank=task.global_rank, local_rank=task.local_rank,
+                          num_tasks=task.num_tasks, num_nodes=task.num_nodes, node=task.node,
+                          hostnames=tuple(task.hostnames))
         os.environ.update(dict(self.env))
         os.environ.update(torch_contract(facts, port=self.port, head_address=resolve_head(facts.hostnames[0])))
         os.chdir(self.workdir)
@@ -87,10 +87,12 @@ class Bootstrap:
         for sig in (signal.SIGUSR2, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         ending = worker.supervise(self.code.run_as_main, rank=facts.global_rank)
-        if signal.SIGUSR2 in ending.received:
-            _end_stopped_task(signal.SIGUSR2, requeue, is_first=facts.global_rank == 0)
-        if signal.SIGTERM in ending.received:
-            _end_stopped_task(signal.SIGTERM, requeue, is_first=False)
+        # A signal that came after the code had finished its work (say, during its final evaluation) changes
+        # nothing: the job is done, not to be requeued.
+        if _stopped(ending, facts.global_rank):
+            for sig in (signal.SIGUSR2, signal.SIGTERM):
+                if sig in ending.received:
+                    _end_stopped_task(sig, requeue, is_first=facts.global_rank == 0)
         if ending.shell_status:
             raise TaskFailed(worker.failure_text(ending, facts.global_rank))
         return 0
@@ -100,6 +102,14 @@ class Bootstrap:
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(self)
+
+
+def _stopped(ending: worker.Ending, rank: int) -> bool:
+    """Whether the code ended before its work was done: stopped at a checkpoint, or ended by a signal."""
+    if ending.signum is not None or ending.shell_status:
+        return True
+    run_dir = job.info().run_dir
+    return run_dir is not None and (ranklog.read_rank(run_dir, rank) or {}).get("status") == "stopped"
 
 
 def _end_stopped_task(signum: int, requeue: object, *, is_first: bool) -> NoReturn:
