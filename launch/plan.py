@@ -26,6 +26,7 @@ from launch.submitit_job import SubmititJob, submitit_job
 from launch.worker import Target
 
 WORKER = "launch.worker"  # what runs the code in each process (python -m launch.worker SCRIPT ARGS)
+XLA_WORKER = "launch.xla_worker"  # on XLA hosts: the code once per local device, through torch_xla's launcher
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
 MAX_RESTARTS = 100
 REQUEUE_SIGNALS = "SIGUSR2,SIGTERM"  # what a SLURM task through submitit treats as 'checkpoint, then stop'
@@ -145,14 +146,15 @@ def backend_for(profile: Profile, launcher: str) -> str:
 
 
 def process_command(inputs: _Inputs) -> list[str]:
-    """What each process runs, after the runner's own arguments: the code under launch's worker; on XLA hosts a
-    bundled example under torch_xla's launcher, or a user's script as it is (it starts its own processes)."""
+    """What each process runs, after the runner's own arguments: the code under launch's worker; on XLA hosts
+    under torch_xla's launcher, once per device (the bundled examples through their own, train.xla)."""
     example, code = inputs.strategy.example, inputs.code
     if inputs.profile.device == "xla":
         if inputs.bundled and example.xla_launcher:
             return ["-m", example.xla_launcher, str(code.module), *code.args]
         if inputs.strategy.runner.name == "accelerate":
             return code.argv()  # Accelerate's TPU launcher imports the script and spawns its main function
+        return ["-m", XLA_WORKER, *code.argv()]  # once per chip, as torchrun would once per GPU
     return ["-m", WORKER, *code.argv()]
 
 

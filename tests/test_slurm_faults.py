@@ -88,14 +88,15 @@ def test_a_preempted_or_requeued_job_checkpoints_and_continues_where_it_stopped(
 def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
                                                                        tmp_path: Path) -> None:
     """A 2-minute limit, USR2 60 s before it: measured here 20 to 60 s into each allocation (SLURM checks
-    limits every 30 s and signals that much early), of which start-up takes about 20 s. The work (5 epochs)
-    takes about 85 s of training here (7.5 steps/s, measured 2026-12-03), so the job must checkpoint and
-    requeue itself, likely more than once, and still train every step once. (With 10 epochs it needed 8 to 12
-    allocations, 540 s to over 600 s, on this machine.)"""
+    limits every 30 s and signals that much early), of which start-up takes about 20 s, and a requeued job
+    waits about 30 s to start again. The work (4 epochs) takes about 70 s of training here (7.5 steps/s,
+    measured 2026-12-03), more than any allocation gets before its signal, so the job must checkpoint and
+    requeue itself, likely several times, and still train every step once. (Measured here: 10 epochs needed
+    8 to 12 allocations, 540 s to over 600 s; 5 epochs 9 allocations, 560 s.)"""
     profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 60\n"
                             "  max_timeouts: 10\n")
     run_dir = tmp_path / "run"
-    epochs = 5
+    epochs = 4
     job_id = _submit(slurm_cluster, run_dir, "--epochs", str(epochs), profile=str(profile))
     result = _finished(slurm_cluster, run_dir, 600)
     assert result["steps"] == epochs * STEPS_PER_EPOCH

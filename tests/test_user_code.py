@@ -202,6 +202,18 @@ def test_a_user_script_spans_two_nodes_with_its_arguments_verbatim(slurm_cluster
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
+def test_a_user_script_with_its_own_trainer_spans_two_nodes(slurm_cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                            launcher: str) -> None:
+    done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", launcher, "--script",
+                   str(USER_CODE / "own_trainer.py"), "--run-dir", str(tmp_path / "run"), "--", str(tmp_path),
+                   env=slurm_cluster)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((tmp_path / "trainer.json").read_text())
+    assert (result["world_size"], result["steps"]) == (4, 8)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
 def test_accelerates_own_test_script_passes_on_two_nodes(slurm_cluster, write_profile, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                          launcher: str) -> None:
     """One process per node: accelerate's test script assumes two processes (its split test fails at four

@@ -109,3 +109,26 @@ def test_a_cpu_profile_stays_on_the_cpu_where_torch_xla_is_installed(xla_python:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert (result["distributed_type"], result["device"], result["world_size"]) == ("MULTI_CPU", "cpu", 2)
+
+
+@pytest.mark.e2e
+def test_a_user_script_runs_once_per_xla_device_through_torch_xlas_launcher(xla_python: str, tmp_path: Path) -> None:
+    """A user's per-process script on a TPU VM profile, as `torchrun` would run it on a GPU node: launch's
+    XLA worker starts it once per local device (one here), with its arguments verbatim and its rank recorded."""
+    script = tmp_path / "xla_probe.py"
+    script.write_text("import json, os, sys\nimport torch, torch_xla\n"
+                      "value = (torch.ones(2, device=torch_xla.device()) * 2).sum().item()\n"
+                      "json.dump({'argv': sys.argv[1:], 'rank': os.environ['RANK'], 'world': os.environ['WORLD_SIZE'],\n"
+                      "           'value': value, 'name': __name__}, open(os.environ['OUT'], 'w'))\n"
+                      "print('xla probe done')\n")
+    run_dir, out = tmp_path / "run", tmp_path / "out.json"
+    done = subprocess.run([xla_python, "-m", "launch", "submit", "--profile", str(PROFILE), "--script", str(script),
+                           "--run-dir", str(run_dir), "--", "a b", "--x=--y", "-"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=420, env={**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(out),
+                                                       "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(out.read_text()) == {"argv": ["a b", "--x=--y", "-"], "rank": "0", "world": "1",
+                                           "value": 4.0, "name": "__main__"}
+    assert "-m launch.xla_worker" in (run_dir / "plan.txt").read_text()
+    assert "xla probe done" in (run_dir / "logs" / "rank-0.log").read_text()
+    assert json.loads((run_dir / "logs" / "rank-0.json").read_text())["status"] == "finished"
