@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
-from launch import job, ranklog, worker
+from launch import worker
 from launch.rendezvous import port_for_job
 from launch.worker import Target
 
@@ -89,7 +89,7 @@ class Bootstrap:
         ending = worker.supervise(self.code.run_as_main, rank=facts.global_rank)
         # A signal that came after the code had finished its work (say, during its final evaluation) changes
         # nothing: the job is done, not to be requeued.
-        if _stopped(ending, facts.global_rank):
+        if _stopped(ending):
             for sig in (signal.SIGUSR2, signal.SIGTERM):
                 if sig in ending.received:
                     _end_stopped_task(sig, requeue, is_first=facts.global_rank == 0)
@@ -104,12 +104,9 @@ class Bootstrap:
         return DelayedSubmission(self)
 
 
-def _stopped(ending: worker.Ending, rank: int) -> bool:
+def _stopped(ending: worker.Ending) -> bool:
     """Whether the code ended before its work was done: stopped at a checkpoint, or ended by a signal."""
-    if ending.signum is not None or ending.shell_status:
-        return True
-    run_dir = job.info().run_dir
-    return run_dir is not None and (ranklog.read_rank(run_dir, rank) or {}).get("status") == "stopped"
+    return ending.signum is not None or ending.shell_status != 0 or ending.status == "stopped"
 
 
 def _end_stopped_task(signum: int, requeue: object, *, is_first: bool) -> NoReturn:

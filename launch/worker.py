@@ -21,7 +21,7 @@ import socket
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -75,11 +75,13 @@ class Target:
 
 @dataclass(frozen=True, kw_only=True)
 class Ending:
-    """How the code ended: an exit status or a signal, and the signals the supervisor received meanwhile."""
+    """How the code ended: an exit status or a signal, the signals the supervisor received meanwhile, and the
+    status recorded for the rank (finished, failed, stopped; empty outside a run folder)."""
 
     exit_code: int = 0
     signum: int | None = None
     received: tuple[int, ...] = field(default=())
+    status: str = ""
 
     @property
     def shell_status(self) -> int:
@@ -131,8 +133,7 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _record_ending(run_dir, rank, child, ending, max_rss_mb=rss)
-    return ending
+    return replace(ending, status=_record_ending(run_dir, rank, child, ending, max_rss_mb=rss))
 
 
 def _child(run: Callable[[], int | None], *, rank: int, parent: int) -> NoReturn:
@@ -151,11 +152,12 @@ def _child(run: Callable[[], int | None], *, rank: int, parent: int) -> NoReturn
         _end_child(status)
 
 
-def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, **facts: object) -> None:
+def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, **facts: object) -> str:
     """What the code could not say itself: a signal, ``os._exit``, a record left at "running"; and whether a
-    failure came after a stop signal reached the rank (then it is a casualty, not the cause)."""
+    failure came after a stop signal reached the rank (then it is a casualty, not the cause). Returns the
+    status recorded."""
     if run_dir is None:
-        return
+        return ""
     said = ranklog.read_rank(run_dir, rank) or {}
     facts = {key: value for key, value in facts.items() if value is not None}
     after = {"after_signal": signal.Signals(ending.received[0]).name} if ending.received else {}
@@ -164,7 +166,7 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
         ranklog.record_rank(run_dir, rank, str(said["status"]), reason=str(said.get("error", "")), pid=child,
                             **{**kept, **facts, "exit_code": ending.shell_status,
                                **(after if said["status"] == "failed" else {})})
-        return
+        return str(said["status"])
     stopped_by = next((sig for sig in ending.received if sig in (ending.signum, ending.exit_code - 128)), None)
     if ending.signum is None and ending.exit_code == 0:
         status, reason = "finished", ""
@@ -177,6 +179,7 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
     ranklog.record_rank(run_dir, rank, status, reason=reason, pid=child, exit_code=ending.shell_status,
                         **({"signal": signal.Signals(ending.signum).name} if ending.signum else {}),
                         **(after if status == "failed" else {}), **facts)
+    return status
 
 
 def describe_signal(signum: int) -> str:
