@@ -18,6 +18,9 @@ NODES=(n1 n2)
 CPUS_PER_NODE=2
 PORT_CTLD=16817                # not SLURM's default ports: never confused with a real cluster's daemons
 PORT_SLURMD=16818
+# Pid files live in one fixed place, not in STATE: a run killed before its `stop` (its STATE perhaps deleted
+# since) leaves daemons the next `start` must find and end. Only one test cluster runs on a machine anyway.
+PIDS=/run/$PREFIX
 
 node_addr() { echo "$SUBNET.$((10 + $1))"; }   # n1 -> .11, n2 -> .12
 
@@ -46,8 +49,8 @@ SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/spool/%n
-SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmdPidFile=$STATE/run/slurmd-%n.pid
+SlurmctldPidFile=$PIDS/slurmctld.pid
+SlurmdPidFile=$PIDS/slurmd-%n.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
@@ -95,11 +98,12 @@ start_network() {
 start() {
     command -v slurmctld >/dev/null || { echo "slurm-wlm is not installed: $0 install" >&2; exit 3; }
     [ -e "$STATE/slurm.conf" ] && stop
-    mkdir -p "$STATE"/{ctld,run,log,munge} "${NODES[@]/#/$STATE/spool/}"
+    stop_leftovers
+    mkdir -p "$PIDS" "$STATE"/{ctld,log,munge} "${NODES[@]/#/$STATE/spool/}"
     dd if=/dev/urandom of="$STATE/munge/munge.key" bs=1024 count=1 status=none
     chmod 400 "$STATE/munge/munge.key"
     munged --force --key-file="$STATE/munge/munge.key" --socket="$STATE/munge/munge.socket.2" \
-        --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/seed"
+        --pid-file="$PIDS/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/seed"
     write_config
     start_network
     export SLURM_CONF=$STATE/slurm.conf
@@ -141,15 +145,21 @@ stop_pid() {  # a daemon by its pid file: TERM, then KILL if it lingers
 }
 
 stop() {
-    local name ns pid
     # Jobs first: stopped daemons would leave their processes behind.
     if [ -f "$STATE/slurm.conf" ]; then
         SLURM_CONF=$STATE/slurm.conf scancel --full --quiet "--user=$(id -un)" 2>/dev/null || true
         sleep 1
     fi
+    stop_leftovers quiet
+    rm -rf "$STATE"
+}
+
+stop_leftovers() {  # every daemon, namespace and link of a test cluster, whichever STATE started it
+    local name ns pid found=""
     for name in "${NODES[@]}"; do
         ns="$PREFIX-$name"
-        stop_pid "$STATE/run/slurmd-$name.pid"
+        [ -f "$PIDS/slurmd-$name.pid" ] && found=1
+        stop_pid "$PIDS/slurmd-$name.pid"
         # Anything still running in the node (a job step's processes) goes with it.
         if ip netns list | grep -qw "$ns"; then
             for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
@@ -157,10 +167,12 @@ stop() {
         fi
         ip link del "$PREFIX-$name" 2>/dev/null || true
     done
-    stop_pid "$STATE/run/slurmctld.pid"
-    stop_pid "$STATE/run/munged.pid"
-    ip link del "$PREFIX-br" 2>/dev/null || true
-    rm -rf "$STATE"
+    [ -f "$PIDS/slurmctld.pid" ] && found=1
+    stop_pid "$PIDS/slurmctld.pid"
+    stop_pid "$PIDS/munged.pid"
+    ip link del "$PREFIX-br" 2>/dev/null && found=1
+    [ -n "$found" ] && [ "${1:-}" != quiet ] && echo "ended a test cluster's leftover daemons and namespaces" >&2
+    return 0
 }
 
 case ${1:-} in
