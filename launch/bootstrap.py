@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import NoReturn
 
-from launch import worker
+from launch import job, worker
+from launch.layout import REQUEUED, write_json_atomic
 from launch.rendezvous import port_for_job
 from launch.worker import Target
 
@@ -104,15 +107,36 @@ class Bootstrap:
         return DelayedSubmission(self)
 
 
+def _preempted() -> bool:
+    """Whether SLURM is preempting this job (PreemptMode=REQUEUE with a grace time sends SIGTERM, and requeues
+    only a job still running when the grace time ends: a job that stops at a checkpoint requeues itself)."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", job_id, "--oneliner"], capture_output=True, text=True,
+                               timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    fields = dict(field.partition("=")[::2] for field in shown.split())
+    return bool(job_id) and fields.get("JobState") == "RUNNING" and fields.get("PreemptTime", "None") != "None"
+
+
 def _stopped(ending: worker.Ending) -> bool:
     """Whether the code ended before its work was done: stopped at a checkpoint, or ended by a signal."""
     return ending.signum is not None or ending.shell_status != 0 or ending.status == "stopped"
 
 
 def _end_stopped_task(signum: int, requeue: object, *, is_first: bool) -> NoReturn:
-    """After the code ended: on USR2 the first task requeues the job through submitit (which then exits);
-    on SIGTERM the scheduler is already ending or requeueing the job. Either way the task ends now."""
-    if signum == signal.SIGUSR2 and is_first and callable(requeue):
-        requeue(signum, None)  # checkpoint() above, `scontrol requeue`, then SystemExit
+    """After the code ended: on USR2, or on the SIGTERM of a preemption, the first task requeues the job through
+    submitit (which then exits); any other SIGTERM means the scheduler is already ending or requeueing the job.
+    Either way the task ends now."""
+    preempted = signum == signal.SIGTERM and is_first and _preempted()
+    if is_first and callable(requeue) and (signum == signal.SIGUSR2 or preempted):
+        run_dir = job.info().run_dir
+        if run_dir is not None:
+            restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1  # the restart this requeue makes
+            write_json_atomic(run_dir / REQUEUED, {"time": time.time(), "restart": restart, "cause": (
+                "preempted by a job of higher priority" if preempted else
+                "requeued itself at SLURM's USR2 warning (its time limit near, or a preemption)")})
+        requeue(signal.SIGUSR2, None)  # checkpoint() above, `scontrol requeue`, then SystemExit
     sys.stdout.flush()
     os._exit(0 if signum == signal.SIGUSR2 else 128 + signum)

@@ -15,8 +15,9 @@ import yaml
 
 from launch import runs
 from launch.code_checks import check_code, check_example_args
-from launch.errors import LaunchError, SubmitError
-from launch.plan import LAUNCHERS, LaunchPlan, build_plan
+from launch.errors import LaunchError, SubmitError, WorkerFailure
+from launch import snapshot
+from launch.plan import LAUNCHERS, LaunchPlan, backend_for, build_plan
 from launch.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
 from launch.render import render_text
 from launch.strategies import STRATEGIES, get_strategy
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from launch.backends import Backend
 
 RUN_TIME_PLACEHOLDER = "YYYYmmdd-HHMMSS"
+RUNS = "runs"  # where new run folders go, in the submitting folder
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,11 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     profiles = commands.add_parser("profiles", help="list bundled profiles, or print one resolved")
     profiles.add_argument("name", nargs="?", help="a bundled profile name or a YAML path")
-    for name, text in (("render", "print the plan without running anything"), ("submit", "run the plan")):
+    for name, text in (("render", "print the plan without running anything"), ("submit", "run the plan"),
+                       ("check", "start the plan's processes with a probe instead of the code: every node's "
+                                 "versions, network and link to the head, and a verdict")):
         command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P [--strategy S] "
                                       "[--script FILE | --module NAME] [--run-dir D] [--launcher submitit|sbatch] "
-                                      "[--max-restarts N]" + (" [--detach] [--resume]" if name == "submit" else "")
-                                      + " [-- ARGS]")
+                                      "[--max-restarts N]" + (" [--detach] [--resume] [--check]" if name == "submit"
+                                                              else "") + " [-- ARGS]")
         command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
         command.add_argument("--strategy", default="ddp", help="; ".join(
             f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()) + " (default ddp)")
@@ -55,10 +59,16 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
                              help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
                                   "batch script whose task per node runs torchrun / accelerate launch)")
+        if name != "check":
+            command.add_argument("--no-snapshot", action="store_true",
+                                 help="SLURM: run the live files, not the copy of your script's project that is "
+                                      "otherwise taken at submit (the git work tree, or the script's folder)")
         command.add_argument("--max-restarts", type=int, default=0, metavar="N",
                              help="local profiles: restart the workers up to N times after a failure (torchrun's "
                                   "elastic restarts); they continue from the last checkpoint")
         if name == "submit":
+            command.add_argument("--check", action="store_true",
+                                 help="run `launch check` first (in its own run folder) and submit only if it passes")
             command.add_argument("--detach", action="store_true", help="start in the background and return")
             command.add_argument("--resume", action="store_true",
                                  help="continue the run in --run-dir from its last checkpoint (resubmitting the "
@@ -77,7 +87,10 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=text)
         command.add_argument("run", help="the run folder, its name under runs/, or its SLURM job id")
         if name == "logs":
-            command.add_argument("--rank", type=int, default=0)
+            which = command.add_mutually_exclusive_group()
+            which.add_argument("--rank", type=int, default=0, help="the rank whose log to print (default 0)")
+            which.add_argument("--all", action="store_true",
+                               help="every rank's log, merged in time order, each line prefixed with host and rank")
             command.add_argument("--follow", action="store_true", help="keep printing until the run ends")
     return parser
 
@@ -88,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         if "--" in given else (given, [])
     try:
         args = _parser().parse_args(launch_argv)
-        if train_argv and args.command not in ("render", "submit"):
+        if train_argv and args.command not in ("render", "submit", "check"):
             raise LaunchError(f"{args.command}: takes no arguments after '--'")
         return _HANDLERS[args.command](args, train_argv)
     except LaunchError as error:
+        for line in getattr(error, "details", ()):
+            print(line, file=sys.stderr)
         print(f"launch: error: {error}", file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:
@@ -131,20 +146,26 @@ def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -
     if for_submit and args.resume and args.run_dir is None:
         raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
 
+    backend = backends.get(backend_for(profile, args.launcher))
+    if code is None:
+        check_example_args(strategy, tuple(code_args))
+    elif not backend.own_hosts:
+        check_code(code, python=sys.executable, workdir=str(Path.cwd()))
+    taken = None
+    if code is not None and backend.snapshots and not getattr(args, "no_snapshot", False):
+        excluded = (RUNS, *((args.run_dir,) if args.run_dir is not None else ()))  # run folders are not code
+        taken = snapshot.take(code.script, code.module, str(Path.cwd()), excluded=excluded)
+
     def plan_in(run_dir: Path) -> LaunchPlan:
         return build_plan(profile, strategy.name, code, args=tuple(code_args), run_dir=str(run_dir.absolute()),
                           python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
-                          max_restarts=args.max_restarts)
+                          max_restarts=args.max_restarts, snapshot=taken)
 
     placeholder = plan_in(Path(args.run_dir) if args.run_dir is not None else
-                          Path("runs") / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
-    if code is None:
-        check_example_args(strategy, tuple(code_args))
-    elif not backends.get(placeholder.job.backend).own_hosts:
-        check_code(code, python=sys.executable, workdir=str(Path.cwd()))
+                          Path(RUNS) / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
     if args.run_dir is not None or not for_submit:
         return placeholder  # render stays repeatable: the time is filled in when the job is submitted
-    return plan_in(runs.claim_run_dir(Path("runs"), profile.name, _run_name(strategy.name, code), datetime.now()))
+    return plan_in(runs.claim_run_dir(Path(RUNS), profile.name, _run_name(strategy.name, code), datetime.now()))
 
 
 def _run_name(strategy: str, code: Target | None) -> str:
@@ -163,6 +184,9 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
 def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
     from launch import backends
 
+    if args.check:
+        _plan(args, code_args, for_submit=False)  # the job's own refusals come before the check
+        _run_check(args, code_args, run_dir=None)
     plan = _plan(args, code_args, for_submit=True)
     backend = backends.get(plan.job.backend)
     run_dir = Path(plan.run_dir)
@@ -185,6 +209,48 @@ def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)  # made just now for a job that never existed
         raise
+
+
+def _check(args: argparse.Namespace, code_args: list[str]) -> int:
+    _plan(args, code_args, for_submit=False)  # what `submit` would refuse, `check` refuses first
+    _run_check(args, code_args, run_dir=args.run_dir)
+    return 0
+
+
+def _run_check(args: argparse.Namespace, code_args: list[str], *, run_dir: str | None) -> None:
+    """The probe plan run in its own run folder; the table printed, a failure raised as its verdict line."""
+    from launch import backends, check
+
+    profile = load_profile(args.profile)
+    code = Target(module=get_strategy(args.strategy).example.module) if args.script is None and args.module is None \
+        else Target(script=args.script, module=args.module)
+    folder = Path(run_dir) if run_dir is not None else \
+        runs.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
+    plan = build_plan(profile, args.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
+                      workdir=str(Path.cwd()), launcher=args.launcher, check=True)
+    backend = backends.get(plan.job.backend)
+    if backend.own_hosts:
+        raise LaunchError(f"check: profile {profile.name} runs on TPU hosts through gcloud, which `check` does not "
+                          "reach yet", "run `python -m launch check --profile P` on a TPU VM with a local profile")
+    try:
+        _prepare(plan, backend, resume=False)
+    except LaunchError:
+        if run_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    how = f", {plan.job.backend}" if profile.kind == "slurm" else ""
+    print(f"checking {profile.name} ({profile.nodes} node(s) x {profile.procs_per_node} processes{how}); "
+          f"run folder: {folder}", flush=True)
+    try:
+        verdict, seconds = check.run_check(plan)
+    except SubmitError:
+        if run_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)  # the check never started
+        raise
+    print(check.table(verdict))
+    if not verdict.passed:
+        raise WorkerFailure(check.verdict_line(verdict, seconds), exit_status=1)
+    print(check.verdict_line(verdict, seconds), flush=True)
 
 
 def _prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, object] | None:
@@ -244,11 +310,11 @@ def _write_new(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 def _run_dir(given: str) -> Path:
     """A run folder, its name under runs/, or the SLURM job id of a run under runs/."""
-    for candidate in (Path(given), Path("runs") / given):
+    for candidate in (Path(given), Path(RUNS) / given):
         if (candidate / runs.PLAN_TEXT).is_file():
             return candidate
     if given.isdigit():
-        for state_file in sorted(Path("runs").glob(f"*/{runs.STATE}")):
+        for state_file in sorted(Path(RUNS).glob(f"*/{runs.STATE}")):
             if str((runs.read_json(state_file) or {}).get("job_id")) == given:
                 return state_file.parent
     raise LaunchError(f"{given}: not a run folder (no {runs.PLAN_TEXT}) nor the job id of a run under runs/",
@@ -261,9 +327,9 @@ def _status(args: argparse.Namespace, _: list[str]) -> int:
     run_dir = _run_dir(args.run)
     state = backends.status(run_dir)
     code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
-    print(f"{run_dir}: {state['status']}{code}")
+    print(f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else ""))
     if state.get("status") == "failed" and runs.first_failure(run_dir) is not None:
-        print(runs.failure_message(run_dir, int(state.get("exit_code") or 1)))
+        print("\n".join([*runs.failure_details(run_dir), runs.failure_message(run_dir, int(state.get("exit_code") or 1))]))
     if (run_dir / runs.RESULT).is_file():
         print(runs.result_summary(run_dir))
     return 0
@@ -272,7 +338,7 @@ def _status(args: argparse.Namespace, _: list[str]) -> int:
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
     from launch import backends
 
-    backends.logs(_run_dir(args.run), rank=args.rank, follow=args.follow)
+    backends.logs(_run_dir(args.run), rank=None if args.all else args.rank, follow=args.follow)
     return 0
 
 
@@ -316,6 +382,6 @@ def _cancel(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
-_HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit,
+_HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit, "check": _check,
              "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel,
              "report": _report, "doctor": _doctor}

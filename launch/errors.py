@@ -28,9 +28,10 @@ class SubmitError(LaunchError):
 class WorkerFailure(LaunchError):
     """The job started and failed; exit status is the job's."""
 
-    def __init__(self, message: str, exit_status: int) -> None:
+    def __init__(self, message: str, exit_status: int, details: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.exit_status = exit_status
+        self.details = details  # printed before the one-line message: the end of the failed rank's log
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -13,12 +13,18 @@ METRICS = "metrics.jsonl"
 STATE = "state.json"
 LOGS = "logs"
 CHECKPOINTS = "checkpoints"
-LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
+LATEST_CHECKPOINT = "latest.json"
+REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)  # points at the last complete checkpoint; replaced atomically
 
 
 def rank_log_path(run_dir: str | Path, rank: int) -> Path:
     """Where each rank's complete log lives."""
     return Path(run_dir) / LOGS / f"rank-{rank}.log"
+
+
+def rank_times_path(run_dir: str | Path, rank: int) -> Path:
+    """Beside each rank's log: one line "OFFSET TIME" per write, so that logs of all ranks merge in time order."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.times"
 
 
 def rank_state_path(run_dir: str | Path, rank: int | str) -> Path:

@@ -9,7 +9,7 @@ backend the job names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath, PurePosixPath
 from typing import ClassVar
 
@@ -21,10 +21,12 @@ from launch.profile import Profile
 from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
 from launch.node import NodeCommand, PlanFile
 from launch.shell import Arg, EnvRef
+from launch.snapshot import Snapshot, path_in
 from launch.strategies import NodeContext, Strategy, get_strategy
 from launch.submitit_job import SubmititJob, submitit_job
 from launch.worker import Target
 
+PROBE = "launch.probe"  # what `launch check` runs instead of the code
 WORKER = "launch.worker"  # what runs the code in each process (python -m launch.worker SCRIPT ARGS)
 XLA_WORKER = "launch.xla_worker"  # on XLA hosts: the code once per local device, through torch_xla's launcher
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
@@ -83,6 +85,7 @@ class LaunchPlan:
     run_dir: str
     env: tuple[tuple[str, str], ...]  # added to every process's inherited environment
     job: Job
+    snapshot: Snapshot | None = None  # the project copied into the run folder at submit; ``code`` runs the copy
 
     @property
     def world_size(self) -> int:
@@ -104,11 +107,13 @@ class _Inputs:
     python: str
     workdir: str
     max_restarts: int
+    checking: bool = False  # the plan of `launch check`: the probe runs instead of the code
+    snapshot: Snapshot | None = None
 
 
 def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, args: tuple[str, ...] = (),
                run_dir: str, python: str, workdir: str, launcher: str = "submitit",
-               max_restarts: int = 0) -> LaunchPlan:
+               max_restarts: int = 0, check: bool = False, snapshot: Snapshot | None = None) -> LaunchPlan:
     """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``; ``run_dir``,
     ``python`` and ``workdir`` are absolute paths.
 
@@ -116,9 +121,16 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     runs one task per node that starts the strategy's launcher (torchrun, accelerate launch). ``max_restarts``
     (local profiles) lets torchrun restart failed workers. Every launch continues from the run folder's last
     checkpoint, if any (LAUNCH_RESUME=1), so a restarted, requeued or resubmitted job picks up where it was.
+
+    ``check`` makes the plan of ``launch check``: the same processes, running ``launch.probe`` (told the code
+    whose digest to report) instead of the code; on sbatch each node checks that it reaches the head before
+    its launcher starts.
+
+    ``snapshot`` (the user's project, read at submit) makes the job run its copy in the run folder, so that
+    editing the files after ``submit`` changes nothing for a queued or requeued job.
     """
     chosen = get_strategy(strategy)
-    if code is not None and not chosen.user_code:
+    if code is not None and not chosen.user_code and not check:
         raise LaunchError(f"--strategy {strategy}: runs the bundled example {chosen.example.module} only",
                           "for your own script (one that builds its own transformers.Trainer too) use --strategy "
                           "ddp, which starts it under torchrun")
@@ -130,10 +142,25 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
                           "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time"
                           if profile.kind == "slurm" else "resubmit the same plan into its run folder to continue")
     bundled = code is None
-    inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled, run_dir=run_dir, python=python,
-                     workdir=workdir, max_restarts=max_restarts,
-                     code=Target(module=chosen.example.module, args=args) if code is None else code)
+    code = Target(module=chosen.example.module, args=args) if code is None else code
+    if snapshot is not None:
+        code = in_snapshot(code, snapshot, run_dir=run_dir, workdir=workdir)
+    inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
+                     python=python, workdir=workdir, max_restarts=max_restarts, checking=check,
+                     code=probe_target(code) if check else code, snapshot=snapshot)
     return _JOB_BUILDERS[backend](inputs)
+
+
+def in_snapshot(code: Target, snapshot: Snapshot, *, run_dir: str, workdir: str) -> Target:
+    """``code`` as it runs from the snapshot's copy in the run folder (a module: imported from there)."""
+    if code.script is not None:
+        return replace(code, script=path_in(snapshot, run_dir, str(PurePath(workdir, code.script))))
+    return replace(code, path=path_in(snapshot, run_dir, workdir))
+
+
+def probe_target(code: Target) -> Target:
+    """What ``launch check`` runs instead of ``code``: the probe, told which code's digest to report."""
+    return Target(module=PROBE, args=("--module", code.module) if code.module else ("--script", str(code.script)))
 
 
 def backend_for(profile: Profile, launcher: str) -> str:
@@ -149,7 +176,7 @@ def process_command(inputs: _Inputs) -> list[str]:
     """What each process runs, after the runner's own arguments: the code under launch's worker; on XLA hosts
     under torch_xla's launcher, once per device (the bundled examples through their own, train.xla)."""
     example, code = inputs.strategy.example, inputs.code
-    if inputs.profile.device == "xla":
+    if inputs.profile.device == "xla" and not inputs.checking:  # the probe: once per host
         if inputs.bundled and example.xla_launcher:
             return ["-m", example.xla_launcher, str(code.module), *code.args]
         if inputs.strategy.runner.name == "accelerate":
@@ -197,7 +224,7 @@ def _env(inputs: _Inputs, run_dir: str, stop_signals: str = "") -> tuple[tuple[s
 
 def _plan(inputs: _Inputs, env: tuple[tuple[str, str], ...], job: Job) -> LaunchPlan:
     return LaunchPlan(profile=inputs.profile, strategy=inputs.strategy.name, code=inputs.code,
-                      bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job)
+                      bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job, snapshot=inputs.snapshot)
 
 
 def _local_job(inputs: _Inputs) -> LaunchPlan:
@@ -214,13 +241,17 @@ def _local_job(inputs: _Inputs) -> LaunchPlan:
 def _slurm_node(inputs: _Inputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
     node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
                        master_port=EnvRef("MASTER_PORT"))
-    return NodeCommand(node_rank=0, argv=_node_argv(inputs, node, inputs.run_dir, inputs.python), env=env,
-                       cwd=inputs.workdir)
+    argv = _node_argv(inputs, node, inputs.run_dir, inputs.python)
+    if inputs.checking:  # the node's launcher waits for every node: first each node says it reaches the head
+        argv = (inputs.python, "-m", PROBE, "--node", node.node_rank, "--nodes", str(inputs.profile.nodes),
+                "--head", EnvRef("MASTER_ADDR"), "--port", EnvRef("MASTER_PORT"), "--run-dir", inputs.run_dir,
+                "--", *argv)
+    return NodeCommand(node_rank=0, argv=argv, env=env, cwd=inputs.workdir)
 
 
 def _job_name(inputs: _Inputs) -> str:
     code = inputs.code
-    what = inputs.strategy.name if inputs.bundled else PurePath(code.script or "").stem or str(code.module)
+    what = "check" if inputs.checking else inputs.strategy.name if inputs.bundled else PurePath(code.script or "").stem or str(code.module)
     return f"{inputs.profile.name}-{what}"
 
 

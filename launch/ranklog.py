@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 from launch.layout import rank_state_path, read_json, write_json_atomic
 from launch.secrets import scrub, secret_values
@@ -69,7 +69,8 @@ class Console:
 
 @contextmanager
 def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Iterator[Console | None]:
-    """While inside, this process's stdout and stderr (Python's and native code's) go to ``path``; with
+    """While inside, this process's stdout and stderr (Python's and native code's) go to ``path`` (when each
+    write happened goes beside it, for ``logs --all``); with
     ``echo``, to the console it had as well, which it yields (for a progress bar). Every rank keeps a complete
     log, tracebacks included; only the main rank's reaches the terminal. Secret values are masked on the way.
     On the way out the console is restored (a notebook keeps its own)."""
@@ -80,11 +81,8 @@ def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Ite
     global _console, _capturing
     console = Console(os.dup(saved[1])) if echo else None
     _console, _capturing = console, True
-    with open(path, "ab", buffering=0) as log:
-        pump = _start_tee(log, console, secrets) if echo or secrets else None
-        if pump is None:
-            for fd in (1, 2):
-                os.dup2(log.fileno(), fd)
+    with open(path, "ab", buffering=0) as log, open(path.with_suffix(".times"), "a", encoding="ascii") as times:
+        pump = _start_tee(_Log(log, times), console, secrets)
         failure = ""
         try:
             yield console
@@ -98,12 +96,25 @@ def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Ite
             for fd, original in saved.items():
                 os.dup2(original, fd)
                 os.close(original)
-            if pump is not None:
-                pump.join(timeout=10)
-            log.write(scrub(failure, secrets).encode())
+            pump.join(timeout=10)
+            _Log(log, times).write(scrub(failure, secrets).encode())
 
 
-def _start_tee(log: BinaryIO, console: Console | None, secrets: tuple[str, ...]) -> threading.Thread:
+class _Log:
+    """The rank's log, and beside it when each write happened (``launch.layout.rank_times_path``)."""
+
+    def __init__(self, log: BinaryIO, times: TextIO) -> None:
+        self.log, self.times = log, times
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.times.write(f"{os.fstat(self.log.fileno()).st_size} {time.time():.6f}\n")
+        self.times.flush()
+        self.log.write(data)
+
+
+def _start_tee(log: _Log, console: Console | None, secrets: tuple[str, ...]) -> threading.Thread:
     """Point stdout and stderr at a pipe whose reader copies everything to the log (and the console)."""
     read_end, write_end = os.pipe()
     for fd in (1, 2):
@@ -114,7 +125,7 @@ def _start_tee(log: BinaryIO, console: Console | None, secrets: tuple[str, ...])
     return pump
 
 
-def _pump(read_end: int, log: BinaryIO, console: Console | None, secrets: tuple[str, ...]) -> None:
+def _pump(read_end: int, log: _Log, console: Console | None, secrets: tuple[str, ...]) -> None:
     """Copy whole lines, with secrets masked (a secret split across two reads is still masked)."""
     pending = b""
     with os.fdopen(read_end, "rb", buffering=0) as source:
@@ -128,7 +139,7 @@ def _pump(read_end: int, log: BinaryIO, console: Console | None, secrets: tuple[
         console.close()
 
 
-def _write(log: BinaryIO, console: Console | None, data: bytes, secrets: tuple[str, ...]) -> None:
+def _write(log: _Log, console: Console | None, data: bytes, secrets: tuple[str, ...]) -> None:
     if not data:
         return
     if secrets:

@@ -21,6 +21,8 @@ def render_text(plan: LaunchPlan) -> str:
            f"world:     {plan.world_size} processes = {profile.nodes} node(s) x {profile.procs_per_node}, "
            f"device {profile.device}, backend {profile.dist_backend}",
            f"run dir:   {plan.run_dir}",
+           *([f"snapshot:  {plan.snapshot.describe()}, copied to {plan.run_dir}/code at submit; the job runs "
+              "that copy"] if plan.snapshot else []),
            f"backend:   {plan.job.backend}"]
     out += backends.get(plan.job.backend).render(plan)
     return "\n".join(out) + "\n"

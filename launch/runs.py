@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import sys
 import time
 from collections.abc import Callable
@@ -9,11 +10,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from launch import snapshot
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan
 from launch.worker import OOM_HINT
-from launch.layout import (LOGS, PLAN_TEXT, RESULT, STATE, latest_checkpoint, rank_log_path, rank_state_path, read_json,
-                          write_json_atomic)
+from launch.layout import (LOGS, PLAN_TEXT, RESULT, STATE, latest_checkpoint, rank_log_path, rank_state_path,
+                           rank_times_path, read_json, write_json_atomic)
 
 # The layout itself is launch.layout's (the jobs write into the same folder); re-exported for the host side.
 __all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "claim_run_dir", "first_failure",
@@ -67,6 +69,8 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -
                 path.chmod(0o755)
     except OSError as error:
         raise SubmitError(f"--run-dir {run_dir}: cannot write there ({error.strerror})") from None
+    if plan.snapshot is not None:
+        snapshot.copy_into(plan.snapshot, run_dir)
     return checkpoint
 
 
@@ -116,19 +120,31 @@ def rank_pids(run_dir: Path) -> list[int]:
             and isinstance(note.get("pid"), int)]
 
 
+SILENT_END = f"died without a word, with its supervisor (killed by a signal from outside; for SIGKILL {OOM_HINT})"
+
+
+def close_rank_records(run_dir: Path, *, cancelled: bool) -> None:
+    """Once the job has ended: a rank whose record still says "running" never recorded its end (killed with its
+    supervisor, or its node lost); its record says so now, and never claims it runs."""
+    for note in rank_notes(run_dir):
+        if note.get("status") == "running":
+            write_json_atomic(rank_state_path(run_dir, int(note.get("rank", 0))), {
+                **note, "status": "stopped" if cancelled else "failed", "silent": True,
+                "error": "ended when its job was cancelled" if cancelled else SILENT_END})
+
+
 def first_failure(run_dir: Path) -> dict[str, Any] | None:
     """The rank that failed first, as torchelastic reports it: a rank's own error before a rank that died
     without a word (killed from outside, its supervisor too), and either before a rank that only lost a dead
     peer or failed after launcher or scheduler had already signalled it to stop."""
     notes = rank_notes(run_dir)
-    failed = [note for note in notes if note.get("status") == "failed"]
+    silent = [note for note in notes if note.get("status") == "running" or note.get("silent")]
+    failed = [note for note in notes if note.get("status") == "failed" and note not in silent]
     own = [note for note in failed if not _lost_a_peer(str(note.get("error", ""))) and not note.get("after_signal")]
     if own:
         return min(own, key=lambda note: note.get("time", 0.0))
-    silent = [note for note in notes if note.get("status") == "running"]
     if silent and len(silent) < len(notes):  # the others lost it as a peer, or were stopped after it died
-        return {**silent[0], "error": f"died without a word, with its supervisor (killed by a signal from outside; "
-                                      f"for SIGKILL {OOM_HINT})"}
+        return {**silent[0], "error": SILENT_END}
     return min(failed, key=lambda note: note.get("time", 0.0), default=None)
 
 
@@ -146,7 +162,39 @@ def failure_message(run_dir: Path, status: int) -> str:
         return f"the job failed with exit status {status}; rank logs: {run_dir / LOGS}"
     rank = int(failure.get("rank") or 0)
     return (f"the job failed with exit status {status}: rank {rank} on {failure.get('host')} failed first "
-            f"({failure.get('error')}); its log: {rank_log_path(run_dir, rank)}")
+            f"({failure.get('error')}{_unanswered(failure, rank_notes(run_dir))}); its log: "
+            f"{rank_log_path(run_dir, rank)}")
+
+
+def _unanswered(failure: dict[str, Any], notes: list[dict[str, Any]]) -> str:
+    """For a collective that timed out (gloo's and NCCL's messages name no peer): the other hosts."""
+    error = str(failure.get("error", "")).lower()
+    if "timed out" not in error and "timeout" not in error:
+        return ""
+    others = sorted({str(note.get("host")) for note in notes if note.get("host") != failure.get("host")})
+    return f"; {', '.join(others)} stopped answering it" if others else ""
+
+
+TAIL_LINES = 10
+
+
+def failure_details(run_dir: Path) -> tuple[str, ...]:
+    """What goes above the one-line failure report: the ranks that stopped after the first failure, and the
+    last lines of the failed rank's log."""
+    failure = first_failure(run_dir)
+    if failure is None:
+        return ()
+    rank = int(failure.get("rank") or 0)
+    others = [str(note.get("rank")) for note in rank_notes(run_dir)
+              if note.get("rank") != rank and note.get("status") in ("failed", "stopped")]
+    after = f"; rank{'s' if len(others) > 1 else ''} {', '.join(others)} stopped after it" if others else ""
+    path = rank_log_path(run_dir, rank)
+    try:
+        tail = path.read_bytes()[-65536:].decode(errors="replace").splitlines()[-TAIL_LINES:]
+    except OSError:
+        tail = []
+    head = f"launch: rank {rank} on {failure.get('host')} failed first{after}."
+    return (head + (f" The end of its log ({path}):" if tail else ""), *(f"    {line}" for line in tail))
 
 
 def result_summary(run_dir: Path) -> str:
@@ -160,6 +208,75 @@ def result_summary(run_dir: Path) -> str:
 
 def _fmt(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class MergedLogs:
+    """Every rank's log as one stream in time order (each write's time is beside the log), each line prefixed
+    with its host and rank; ``new_lines`` returns what was added since it was last called."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.positions: dict[int, int] = {}
+
+    def new_lines(self, *, final: bool = False) -> list[str]:
+        """Complete lines added since the last call (``final``: a last line without a newline too)."""
+        found: list[tuple[float, int, int, str]] = []
+        for path in (self.run_dir / LOGS).glob("rank-*.log"):
+            number = path.stem.partition("-")[2]
+            if number.isdigit():
+                found += self._read(int(number), path, final)
+        return [line for *_, line in sorted(found)]
+
+    def _read(self, rank: int, path: Path, final: bool) -> list[tuple[float, int, int, str]]:
+        start = self.positions.get(rank, 0)
+        with open(path, "rb") as log:
+            log.seek(start)
+            data = log.read()
+        end = len(data) if final else data.rfind(b"\n") + 1
+        if end <= 0:
+            return []
+        self.positions[rank] = start + end
+        stamps = _write_times(rank_times_path(self.run_dir, rank)) or [(0, path.stat().st_mtime)]
+        offsets = [offset for offset, _ in stamps]
+        host = (read_json(rank_state_path(self.run_dir, rank)) or {}).get("host", "?")
+        lines, offset = [], start
+        for raw in data[:end].splitlines(keepends=True):
+            stamp = stamps[max(0, bisect.bisect_right(offsets, offset) - 1)][1]
+            text = raw.decode(errors="replace").rstrip("\n")
+            lines.append((stamp, rank, offset, f"{host} rank {rank} | {text}"))
+            offset += len(raw)
+        return lines
+
+
+def _write_times(path: Path) -> list[tuple[int, float]]:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        offset, _, stamp = line.partition(" ")
+        try:
+            found.append((int(offset), float(stamp)))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+def print_all_logs(run_dir: Path, *, still_running: Callable[[], bool]) -> None:
+    """Every rank's log merged in time order; with a job ``still_running()``, what they add until it ends."""
+    merged = MergedLogs(run_dir)
+    while True:
+        running = still_running()
+        lines = merged.new_lines(final=not running)
+        if lines:
+            sys.stdout.write("\n".join(lines) + "\n")
+            sys.stdout.flush()
+        if not running:
+            break
+        time.sleep(0.5)
+    if not merged.positions:
+        raise SubmitError(f"{run_dir / LOGS}: no rank has written a log yet")
 
 
 def print_log(path: Path, rank: int, *, still_running: Callable[[], bool]) -> None:

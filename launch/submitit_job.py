@@ -34,6 +34,9 @@ class SubmititJob:
                 ("MASTER_ADDR", "address of the first host in SLURM_JOB_NODELIST"), ("MASTER_PORT", port))
 
 
+PREEMPTION_TRAP = "trap 'echo \"launch: SIGTERM: the tasks checkpoint, then end or requeue the job\" >&2' TERM"
+
+
 def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, object], ...]:
     """``submitit.SlurmExecutor.update_parameters`` arguments: one task per training process."""
     slurm = profile.slurm
@@ -45,10 +48,11 @@ def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, 
                 "mem": f"{slurm.mem_gb}GB" if slurm.mem_gb else None, "constraint": slurm.constraint,
                 "exclusive": True if slurm.exclusive else None,
                 "additional_parameters": dict(slurm.extra_sbatch) or None}
-    # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout.
+    # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout. The batch
+    # script outlives a SIGTERM (preemption sends one to every step): the tasks checkpoint and requeue the job.
     return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
             ("time", slurm.time_min), ("signal_delay_s", slurm.signal_delay_s),
-            ("srun_args", ["--kill-on-bad-exit=1"]),
+            ("srun_args", ["--kill-on-bad-exit=1"]), ("setup", [PREEMPTION_TRAP]),
             *((key, value) for key, value in optional.items() if value is not None))
 
 

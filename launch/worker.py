@@ -32,7 +32,7 @@ from launch.secrets import secret_values
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 OOM_HINT = "the kernel's out-of-memory killer is a common cause"
-USAGE = "usage: python -m launch.worker SCRIPT [ARGS...] | -m MODULE [ARGS...]"
+USAGE = "usage: python -m launch.worker SCRIPT [ARGS...] | [--path DIR] -m MODULE [ARGS...]"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,9 +44,12 @@ class Target:
     module: str | None = None
     args: tuple[str, ...] = ()
     function: str | None = None
+    path: str | None = None  # the folder a module is imported from (a snapshot's); default the working folder
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> Target:
+        if argv[:1] == ["--path"] and argv[2:3] == ["-m"] and len(argv) >= 4:
+            return cls(path=argv[1], module=argv[3], args=tuple(argv[4:]))
         if argv[:1] == ["-m"] and len(argv) >= 2:
             return cls(module=argv[1], args=tuple(argv[2:]))
         if argv and not argv[0].startswith("-"):
@@ -57,13 +60,16 @@ class Target:
         """This target on the worker's command line (what follows ``-m launch.worker``)."""
         if self.function:
             return [f"<function {self.function}>"]
-        return [*(["-m", self.module] if self.module else [str(self.script)]), *self.args]
+        where = ["--path", self.path] if self.path and self.module else []
+        return [*where, *(["-m", self.module] if self.module else [str(self.script)]), *self.args]
 
     def run_as_main(self) -> None:
         """Run the code in this process as its ``python`` command line would."""
         if self.function:
             raise RuntimeError(f"{self.function}: a function runs through launch.notebook, not by name")
         if self.module:
+            if self.path:
+                sys.path[0] = self.path
             sys.argv = [self.module, *self.args]  # run_module puts the module's file in sys.argv[0]
             runpy.run_module(self.module, run_name="__main__", alter_sys=True)
             return

@@ -60,8 +60,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
 
     if os.geteuid() != 0:
         _unavailable("needs root (network namespaces, daemons)")
-    if not (shutil.which("slurmctld") and shutil.which("munged")):
-        _unavailable("slurm-wlm and munge are not installed (tests/slurm/cluster.sh install)")
+    if not (shutil.which("slurmctld") and shutil.which("munged") and shutil.which("nft")):
+        _unavailable("slurm-wlm, munge and nftables are not installed (tests/slurm/cluster.sh install)")
     state = tmp_path_factory.mktemp("slurm")
     started = subprocess.run([str(CLUSTER_SCRIPT), "start", str(state)], capture_output=True, text=True,
                              timeout=180)

@@ -138,6 +138,26 @@ def test_a_killed_worker_stops_the_whole_job_fast_and_is_named(tmp_path: Path) -
     assert not _processes_mentioning(str(run_dir)), "no process of the job may be left behind"
 
 
+def test_a_rank_killed_with_its_supervisor_is_named_and_its_record_never_says_running(tmp_path: Path) -> None:
+    """SIGKILL to the rank's code and to launch's supervisor of it at once (as the OOM killer of a cgroup may):
+    nobody is left on the rank to record its end; the launcher does, once the job has ended."""
+    import psutil
+
+    run_dir = tmp_path / "run"
+    job = _start_long_job(run_dir)
+    time.sleep(2)  # well into training
+    code = psutil.Process(json.loads((run_dir / "logs" / "rank-1.json").read_text())["pid"])
+    for process in (code.parent(), code):
+        process.kill()
+    _, stderr = job.communicate(timeout=120)
+    assert job.returncode != 0
+    last = stderr.strip().splitlines()[-1]
+    assert "rank 1 on" in last and "failed first (died without a word, with its supervisor" in last, last
+    record = json.loads((run_dir / "logs" / "rank-1.json").read_text())
+    assert record["status"] == "failed" and record["silent"] is True
+    assert not any(json.loads(path.read_text())["status"] == "running" for path in (run_dir / "logs").glob("rank-*.json"))
+
+
 def test_workers_do_not_outlive_a_killed_torchrun(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     job = _start_long_job(run_dir)

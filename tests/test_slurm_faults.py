@@ -8,11 +8,13 @@ import json
 import os
 import re
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.test_local_e2e import _processes_mentioning, _wait_for
 
 pytestmark = pytest.mark.e2e
@@ -83,6 +85,74 @@ def test_a_preempted_or_requeued_job_checkpoints_and_continues_where_it_stopped(
     assert result["resumed_from_step"] == stopped
     assert _evaluated_epochs(run_dir) == [1, 2, 3], "no epoch trained or evaluated twice"
     assert "Restarts=1" in _slurm(slurm_cluster, "scontrol", "show", "job", job_id)
+
+
+def test_a_job_preempted_for_a_higher_priority_partition_checkpoints_requeues_and_finishes(  # type: ignore[no-untyped-def]
+        slurm_cluster, tmp_path: Path) -> None:
+    """Real preemption (tests/slurm/cluster.sh: partition "high" preempts "debug" with PreemptMode=REQUEUE):
+    SLURM sends SIGTERM, the job checkpoints within its grace time, waits in the queue while the high job
+    runs, and continues; `submit`, following in the foreground, and `status` say it was preempted."""
+    run_dir = tmp_path / "run"
+    steps = STEPS_PER_EPOCH + 50
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "launch", "submit", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir",
+         str(run_dir), "--", "--batch-size", "16", "--checkpoint-every", "1000", "--log-every", "10",
+         "--max-steps", str(steps)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **slurm_cluster, "PYTHONPATH": str(ROOT)})
+    try:
+        assert _wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
+        _slurm(slurm_cluster, "sbatch", "--partition=high", "--nodes=2", "--ntasks=4", "--output=/dev/null",
+               "--wrap", "sleep 5")
+        assert _wait_for(lambda: "requeued 1 time(s), last: preempted by a job of higher priority" in
+                         run_cli("status", str(run_dir), env=slurm_cluster).stdout, 120)
+        out, err = follower.communicate(timeout=420)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, out[-2000:] + err[-2000:]
+    assert re.search(r"job \d+: requeued \(preempted by a job of higher priority; restart 1\)", out), out
+    assert re.search(r"job \d+: pending \(BeginTime: SLURM holds a requeued job back", out), out
+    ((stopped, resumed),) = _stops_and_resumes(run_dir, "SIGTERM")
+    assert stopped >= 30 and resumed == stopped, "checkpointed at the preemption, continued from there exactly"
+    assert json.loads((run_dir / "result.json").read_text())["steps"] == steps
+    assert ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
+
+
+def test_a_partition_between_the_nodes_ends_the_job_within_seconds_naming_the_host(  # type: ignore[no-untyped-def]
+        slurm_cluster, write_profile, tmp_path: Path) -> None:
+    """nftables in n2's namespace drops everything between n2 and n1; the controller stays reachable. Every
+    rank's collective times out (the profile's 20 s) and ends; srun never hears that n2's tasks ended, so SLURM
+    would keep the job RUNNING until its time limit: launch ends it and reports the failure it was."""
+    profile = write_profile("extends: slurm-local-2x2\nrendezvous:\n  timeout_s: 20\n")
+    run_dir = tmp_path / "run"
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "launch", "submit", "--profile", str(profile), "--strategy", "ddp", "--run-dir",
+         str(run_dir), "--", "--batch-size", "16", "--log-every", "10", "--epochs", "20"], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **slurm_cluster, "PYTHONPATH": str(ROOT)})
+    table = ["ip", "netns", "exec", "launchsl-n2", "nft"]
+    try:
+        assert _wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
+        for rule in (["add", "table", "inet", "partition"],
+                     ["add", "chain", "inet", "partition", "out", "{ type filter hook output priority 0; }"],
+                     ["add", "chain", "inet", "partition", "in", "{ type filter hook input priority 0; }"],
+                     ["add", "rule", "inet", "partition", "out", "ip", "daddr", "10.231.77.11", "drop"],
+                     ["add", "rule", "inet", "partition", "in", "ip", "saddr", "10.231.77.11", "drop"]):
+            subprocess.run([*table, *rule], check=True, capture_output=True, timeout=30)
+        cut = time.monotonic()
+        out, err = follower.communicate(timeout=300)
+        took = time.monotonic() - cut
+    finally:
+        follower.kill()
+        subprocess.run([*table, "delete", "table", "inet", "partition"], capture_output=True, timeout=30)
+    assert follower.returncode != 0
+    assert took < 20 + 20 + 30, "the collective's timeout, launch's 20 s grace, then at most a few polls"
+    assert "every rank ended over 20 s ago, but SLURM still lists the job as running" in out
+    last = err.strip().splitlines()[-1]
+    assert re.search(r"rank \d on (n1|n2) failed first \(.*[Tt]imed out.*; (n1|n2) stopped answering it\)", last), last
+    failed_on, silent = re.search(r"on (n\d) failed first .*; (n\d) stopped answering", last).groups()  # type: ignore[union-attr]
+    assert failed_on != silent
+    assert ": failed" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
+    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 30), "no process of the job is left"
 
 
 def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]

@@ -109,6 +109,13 @@ def test_a_failing_user_script_is_reported_by_rank_host_and_cause_within_seconds
     assert last.startswith("launch: error: the job failed with exit status ")
     assert f"rank 1 on {socket.gethostname()} failed first {said}" in last
     assert last.endswith(f"its log: {run_dir / 'logs' / 'rank-1.log'}")
+    details = done.stderr.strip().splitlines()
+    above = details[details.index(f"launch: rank 1 on {socket.gethostname()} failed first; rank 0 stopped after it. "
+                                  f"The end of its log ({run_dir / 'logs' / 'rank-1.log'}):"):-1]
+    if fail == "raise":  # the end of the failed rank's log, above the report
+        assert above[-1] == "    RuntimeError: probe failure on rank 1"
+    else:
+        assert above[-1] == f"    probe rank 1 of 2 on {socket.gethostname()}: sum 3"
     assert time.monotonic() - begun < 45, "rank 0 sleeps 60 s: it must be stopped, not waited for"
     assert not _processes_mentioning(str(run_dir)), "no process of the job is left"
     peer = json.loads((run_dir / "logs" / "rank-0.json").read_text())
@@ -286,3 +293,38 @@ def test_a_user_script_without_the_runtime_api_is_ended_by_scancel_within_second
     assert run_cli("cancel", str(run_dir), env=slurm_cluster).returncode == 0
     assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 30)
     assert time.monotonic() - begun < 10, "SIGTERM ends a script that does not watch it, at once"
+
+
+ORDERED = """import os
+import time
+
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.barrier()
+rank = dist.get_rank()
+for delay, who, word in ((0.0, 1, "first"), (0.8, 0, "second"), (1.6, 1, "third")):
+    if rank == who:
+        time.sleep(delay - (0.8 if word == "third" else 0.0))
+        print(word, flush=True)
+dist.barrier()
+"""
+
+
+@pytest.mark.e2e
+def test_logs_all_merges_every_ranks_log_in_time_order_with_host_and_rank(tmp_path: Path) -> None:
+    import socket
+
+    script = tmp_path / "ordered.py"
+    script.write_text(ORDERED)
+    run_dir = tmp_path / "run"
+    done = run_cli("submit", "--detach", "--profile", "local-cpu", "--script", str(script), "--run-dir",
+                   str(run_dir), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    followed = run_cli("logs", str(run_dir), "--all", "--follow", cwd=tmp_path, timeout=120)
+    host = socket.gethostname()
+    words = [line for line in followed.stdout.splitlines() if line.endswith(("first", "second", "third"))]
+    assert words == [f"{host} rank 1 | first", f"{host} rank 0 | second", f"{host} rank 1 | third"], followed.stdout
+    assert ": finished" in run_cli("status", str(run_dir), cwd=tmp_path).stdout, "--follow returns at the end"
+    again = run_cli("logs", str(run_dir), "--all", cwd=tmp_path).stdout
+    assert [line for line in again.splitlines() if line.endswith(("first", "second", "third"))] == words

@@ -34,6 +34,9 @@ class Backend(Protocol):
     # The job runs on hosts with their own copy of the project, Python, environment and run folder (TPU hosts
     # through gcloud): the code, secrets and checkpoints are checked there, not here.
     own_hosts: bool
+    # The job may start long after submit (a queue, a requeue): it runs a copy of the user's project taken at
+    # submit (launch.snapshot), not the live files.
+    snapshots: bool
 
     def render(self, plan: LaunchPlan) -> list[str]:
         """The job's part of ``render``: what is run where, and how it is handed over."""
@@ -50,8 +53,12 @@ class Backend(Protocol):
     def cancel(self, run_dir: Path, state: State) -> bool:
         """Stop the job; False when it is not running."""
 
-    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
-        """Print a rank's log (and what it adds until the job ends, with ``follow``)."""
+    def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
+        """Print a rank's log, or (``rank`` None) every rank's merged in time order; with ``follow``, what
+        they add until the job ends."""
+
+    def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
+        """The job's hosts in node order, where known (names a node that never reported)."""
 
 
 def get(name: str) -> Backend:
@@ -82,6 +89,18 @@ def cancel(run_dir: Path) -> bool:
     return backend.cancel(run_dir, backend.status(run_dir, state))
 
 
-def logs(run_dir: Path, *, rank: int, follow: bool) -> None:
+def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool) -> None:
+    """The logs a run writes into its folder on this machine (local and SLURM runs): one rank's, or every
+    rank's merged (``rank`` None); with ``follow``, until the job ends."""
+    def still_running() -> bool:
+        return follow and is_active(status(run_dir))
+
+    if rank is None:
+        runs.print_all_logs(run_dir, still_running=still_running)
+    else:
+        runs.print_log(runs.rank_log_path(run_dir, rank), rank, still_running=still_running)
+
+
+def logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
     backend, state = recorded(run_dir)
     backend.logs(run_dir, state, rank=rank, follow=follow)

@@ -84,6 +84,7 @@ class GcloudBackend:
 
     name = "gcloud"
     own_hosts = True
+    snapshots = False  # the hosts run their own copy of the project (shipping a snapshot there: not yet)
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)
@@ -115,11 +116,17 @@ class GcloudBackend:
     def cancel(self, run_dir: Path, state: State) -> bool:
         return cancel(run_dir, state)
 
-    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
+    def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
+        if rank is None:
+            raise LaunchError(f"logs --all: {run_dir} runs on TPU hosts, whose logs are read through gcloud one "
+                              "rank at a time", "give --rank N")
         if follow:
             raise LaunchError(f"logs --follow: {run_dir} runs on TPU hosts, whose logs are read through gcloud",
                               "run `logs` again, or follow the job with `submit` in the foreground")
         print_rank_log(state, rank)
+
+    def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
+        return ()  # gcloud names the TPU workers by index only
 
 
 BACKEND = GcloudBackend()

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -82,6 +83,7 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _stop_stragglers(run_dir)
+    runs.close_rank_records(run_dir, cancelled=outcome.cancelled)
     status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     if then and status == "finished":
@@ -236,7 +238,8 @@ def execute_here(plan: LaunchPlan, node: NodeCommand, *, detach: bool, follow: s
         on_cancel()
         raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
     if outcome.exit_code != 0:
-        raise WorkerFailure(failure(outcome.exit_code), exit_status=outcome.exit_code)
+        raise WorkerFailure(failure(outcome.exit_code), exit_status=outcome.exit_code,
+                            details=runs.failure_details(run_dir))
     print(runs.result_summary(run_dir))
     return 0
 
@@ -246,6 +249,7 @@ class LocalBackend:
 
     name = "local"
     own_hosts = False
+    snapshots = False  # it starts now, from the files as they are
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)
@@ -266,11 +270,13 @@ class LocalBackend:
     def cancel(self, run_dir: Path, state: State) -> bool:
         return cancel(run_dir, state)
 
-    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
-        from launch import backends
+    def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
+        from launch.backends import print_logs_here
 
-        runs.print_log(runs.rank_log_path(run_dir, rank), rank,
-                       still_running=lambda: follow and backends.is_active(backends.status(run_dir)))
+        print_logs_here(run_dir, rank=rank, follow=follow)
+
+    def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
+        return (socket.gethostname(),)
 
 
 BACKEND = LocalBackend()

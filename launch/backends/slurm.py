@@ -12,18 +12,20 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launch import runs
 from launch.backends import State
 from launch.errors import SubmitError, WorkerFailure
+from launch.layout import REQUEUED
 from launch.plan import LaunchPlan, SbatchJob
 from launch.render import env_lines, file_lines, node_lines
 from launch.secrets import looks_secret
 from launch.submitit_job import SubmititJob
 
 POLL_S = 1.0
+ENDED_GRACE_S = 20.0  # every rank has ended this long ago and SLURM still says RUNNING: launch ends the job
 _FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                  "BOOT_FAIL", "DEADLINE"}
 
@@ -35,6 +37,9 @@ class JobState:
     nodes: str = ""
     reason: str = ""
     requeues: bool = False  # SLURM puts it back in the queue after preemption or a node failure
+    restarts: int = 0  # times SLURM has requeued it
+    preempted: bool = False  # SLURM preempted it (for a job in a higher-priority partition)
+    started: float | None = None  # when this allocation started (seconds since the epoch)
 
     @property
     def requeueing(self) -> bool:
@@ -130,30 +135,87 @@ def job_state(job_id: str) -> JobState:
     status = int(code) if code.isdigit() else None
     if status == 0 and signal.isdigit() and int(signal):
         status = 128 + int(signal)
-    return JobState(state=fields.get("JobState", "UNKNOWN"), exit_code=status, nodes=fields.get("NodeList", ""),
-                    reason=fields.get("Reason", ""), requeues=fields.get("Requeue") == "1")
+    restarts = fields.get("Restarts", "0")
+    try:
+        started: float | None = time.mktime(time.strptime(fields.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        started = None
+    return JobState(started=started, state=fields.get("JobState", "UNKNOWN"), exit_code=status, nodes=fields.get("NodeList", ""),
+                    reason=fields.get("Reason", ""), requeues=fields.get("Requeue") == "1",
+                    restarts=int(restarts) if restarts.isdigit() else 0,
+                    preempted=fields.get("PreemptTime", "None") not in ("None", "Unknown", ""))
+
+
+# What a pending job waits for, in words (SLURM's reason codes; others are shown as SLURM says them).
+WAITING_FOR = {"BeginTime": "SLURM holds a requeued job back for a while before it may start again",
+               "Resources": "waiting for free nodes", "Priority": "jobs of higher priority come first",
+               "NodeDown": "a node it needs is down", "ReqNodeNotAvail": "a node it needs is not available",
+               "Dependency": "waiting for the job it depends on", "JobHeldUser": "held (scontrol release)",
+               "JobHeldAdmin": "held by an administrator"}
+
+
+def waiting_for(reason: str) -> str:
+    return f"{reason}: {WAITING_FOR[reason]}" if reason in WAITING_FOR else reason
+
+
+def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str:
+    """Why SLURM requeued the job: a preemption, a node of ``nodes`` (where it ran) that failed, or what the job
+    said when it requeued itself."""
+    if state.preempted:
+        return "preempted by a job of higher priority"
+    down = _failed_nodes(nodes) if nodes and nodes != "(null)" else []
+    if down:
+        return "; ".join(f"node {name} failed ({why})" for name, why in down)
+    said = runs.read_json(run_dir / REQUEUED) or {}
+    if said.get("restart") == state.restarts and "cause" in said:
+        return str(said["cause"])
+    return "requeued by hand (scontrol requeue) or by SLURM"
+
+
+def _failed_nodes(nodes: str) -> list[tuple[str, str]]:
+    done = subprocess.run(["sinfo", "-h", "-N", "-n", nodes, "-o", "%N|%T|%E"], capture_output=True, text=True,
+                          timeout=60)
+    found = []
+    for line in done.stdout.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if any(word in state.lower() for word in ("down", "drain", "fail", "not_responding")) or state.endswith("*"):
+            found.append((name, f"{state.lower()}: {reason}" if reason and reason != "none" else state.lower()))
+    return found
 
 
 def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
     """Report the job's state changes and stream rank 0's log until the job ends; record how it ended."""
     log = runs.rank_log_path(run_dir, 0)
-    position, last, waiting = 0, "", WaitingLine(live=sys.stdout.isatty())
+    position, waiting = 0, WaitingLine(live=sys.stdout.isatty())
+    last: tuple[str, str] = ("", "")
+    restarts, ran_on = 0, ""
     while True:
         current = job_state(job_id)
         if current.state != "PENDING":
             waiting.clear()
         position = runs.copy_new_output(log, position)  # after the state: a job seen finished has written its log
+        if current.restarts > restarts:
+            waiting.clear()
+            print(f"job {job_id}: requeued ({requeue_cause(current, ran_on, run_dir)}; restart {current.restarts})",
+                  flush=True)
+            restarts, last = current.restarts, ("", "")
+        if current.state == "RUNNING":
+            ran_on = current.nodes
         shown = f"{current.state} on {current.nodes}" if current.state == "RUNNING" else current.state
         reason = current.reason if current.state == "PENDING" and current.reason != "None" else ""
-        if shown != last:
+        if (shown, reason) != last:
             waiting.clear()
-            print(f"job {job_id}: {shown.lower()}" + (f" ({reason})" if reason else ""), flush=True)
-            last = shown
+            print(f"job {job_id}: {shown.lower()}" + (f" ({waiting_for(reason)})" if reason else ""), flush=True)
+            last = (shown, reason)
         if current.state == "PENDING":
             waiting.show(reason)
         if current.finished:
             _record(run_dir, job_id, current, backend)
             return current
+        stuck = _end_if_every_rank_ended(run_dir, job_id, current, backend)
+        if stuck is not None:
+            return stuck
         time.sleep(POLL_S)
 
 
@@ -182,11 +244,36 @@ def waiting_text(waited_s: float, reason: str) -> str:
     return f"  waiting in the queue for {minutes}:{seconds:02d}" + (f" ({reason})" if reason else "")
 
 
+def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, backend: str) -> JobState | None:
+    """A job SLURM lists as running after every rank of this allocation has ended (a task's exit never reached
+    srun: a node cut off from the others) is ended here, ENDED_GRACE_S after the last rank, and recorded as
+    what its ranks say it was; the state recorded, or None while the job is not stuck."""
+    world = (runs.read_json(run_dir / runs.STATE) or {}).get("world_size")
+    if current.state != "RUNNING" or current.started is None or not isinstance(world, int):
+        return None
+    notes = [note for note in runs.rank_notes(run_dir) if note.get("time", 0.0) >= current.started - 1]
+    if len(notes) < world or any(note.get("status") == "running" for note in notes):
+        return None
+    if time.time() - max(note.get("time", 0.0) for note in notes) < ENDED_GRACE_S:
+        return None
+    finished = all(note.get("status") == "finished" for note in notes)
+    print(f"job {job_id}: every rank ended over {ENDED_GRACE_S:.0f} s ago, but SLURM still lists the job as "
+          "running (a task's end never reached srun: is a node cut off?); ending it", flush=True)
+    subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
+    failure = runs.first_failure(run_dir)
+    ended = JobState(state="COMPLETED" if finished else "FAILED", nodes=current.nodes,
+                     exit_code=0 if finished else int((failure or {}).get("exit_code") or 1))
+    _record(run_dir, job_id, ended, backend)
+    return ended
+
+
 def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
+    runs.close_rank_records(run_dir, cancelled=status == "cancelled")
+    world = (runs.read_json(run_dir / runs.STATE) or {}).get("world_size")
     runs.write_json_atomic(run_dir / runs.STATE, {"backend": backend, "job_id": job_id, "status": status,
                                                   "slurm_state": state.state, "exit_code": state.exit_code,
-                                                  "updated": time.time()})
+                                                  "world_size": world, "updated": time.time()})
 
 
 def current_status(run_dir: Path, state: State) -> State:
@@ -198,9 +285,16 @@ def current_status(run_dir: Path, state: State) -> State:
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current, str(state.get("backend")))
         return runs.read_json(run_dir / runs.STATE) or state
+    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend"))) is not None:
+        return runs.read_json(run_dir / runs.STATE) or state
     shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
         else current.state.lower()
-    return {**state, "status": shown, "nodes": current.nodes}
+    detail = []
+    if current.restarts:
+        detail.append(f"requeued {current.restarts} time(s), last: {requeue_cause(current, current.nodes, run_dir)}")
+    if current.state == "PENDING" and current.reason not in ("", "None"):
+        detail.append(f"waiting: {waiting_for(current.reason)}")
+    return {**state, "status": shown, "nodes": current.nodes, "detail": "; ".join(detail)}
 
 
 def cancel(job_id: str) -> None:
@@ -213,6 +307,7 @@ class SlurmBackend:
     """SLURM through one of its two launchers; ``submit_job`` and ``render_job`` are the launcher's."""
 
     own_hosts = False  # the nodes share the submitting folder, the Python and the run folder
+    snapshots = True
 
     def __init__(self, name: str, submit_job: Callable[[LaunchPlan], str],
                  render_job: Callable[[LaunchPlan], list[str]]) -> None:
@@ -232,7 +327,8 @@ class SlurmBackend:
         run_dir = Path(plan.run_dir)
         job_id = self._submit(plan)
         runs.write_json_atomic(run_dir / runs.STATE, {"backend": self.name, "job_id": job_id,
-                                                      "status": "submitted", "updated": time.time()})
+                                                      "world_size": plan.world_size, "status": "submitted",
+                                                      "updated": time.time()})
         print(f"job {job_id} submitted; run dir: {run_dir}", flush=True)
         if detach:
             print(f"follow it with: python -m launch logs {run_dir} --follow")
@@ -245,7 +341,7 @@ class SlurmBackend:
         if final.state != "COMPLETED" or final.exit_code:
             status = final.exit_code or 1
             raise WorkerFailure(f"job {job_id} ended {final.state}: " + runs.failure_message(run_dir, status),
-                                exit_status=status)
+                                exit_status=status, details=runs.failure_details(run_dir))
         print(runs.result_summary(run_dir))
         return 0
 
@@ -260,11 +356,17 @@ class SlurmBackend:
         cancel(str(state["job_id"]))
         return True
 
-    def logs(self, run_dir: Path, state: State, *, rank: int, follow: bool) -> None:
-        from launch import backends
+    def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
+        from launch.backends import print_logs_here
 
-        runs.print_log(runs.rank_log_path(run_dir, rank), rank,
-                       still_running=lambda: follow and backends.is_active(backends.status(run_dir)))
+        print_logs_here(run_dir, rank=rank, follow=follow)
+
+    def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
+        nodes = job_state(str(state.get("job_id", ""))).nodes if state.get("job_id") else ""
+        if not nodes or nodes == "(null)":
+            return ()
+        done = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, timeout=60)
+        return tuple(done.stdout.split()) if done.returncode == 0 else ()
 
 
 def _render_sbatch(plan: LaunchPlan) -> list[str]:
@@ -288,7 +390,8 @@ def _render_submitit(plan: LaunchPlan) -> list[str]:
     out += [f"    {name} = {source}" for name, source in job.derivation()]
     out += ["  and adds:", *env_lines(job.env, plan.profile.secrets)]
     out += [f"  then runs, in {job.workdir}, in a child process it supervises, as `python` would:",
-            f"    python {shlex.join(job.code.argv())}"]
+            f"    python {shlex.join(replace(job.code, path=None).argv())}"
+            + (f"  (importing from {job.code.path})" if job.code.path else "")]
     return out
 
 

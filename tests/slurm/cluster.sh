@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real two-node SLURM cluster on one machine, for the test suite and for trying launch by hand.
 #
-#   tests/slurm/cluster.sh install          Debian's slurm-wlm and munge (apt-get)
+#   tests/slurm/cluster.sh install          Debian's slurm-wlm, munge and nftables (apt-get)
 #   tests/slurm/cluster.sh start  [STATE]   munged + slurmctld on this host, one slurmd per network namespace
 #   tests/slurm/cluster.sh stop   [STATE]   every daemon, namespace and link it made, gone
 #
@@ -26,9 +26,10 @@ node_addr() { echo "$SUBNET.$((10 + $1))"; }   # n1 -> .11, n2 -> .12
 
 install() {
     export DEBIAN_FRONTEND=noninteractive
-    command -v slurmctld >/dev/null && command -v munged >/dev/null && return 0
+    # nftables: the tests' firewall rules inside one node's namespace (launch check, a network partition).
+    command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v nft >/dev/null && return 0
     apt-get update -qq
-    apt-get install -y -qq slurm-wlm munge >/dev/null
+    apt-get install -y -qq slurm-wlm munge nftables >/dev/null
 }
 
 write_config() {
@@ -68,7 +69,12 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=300
 $nodes
-PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
+# Real preemption: a job in "high" requeues the jobs of "debug" it needs the nodes of. They get SIGTERM and
+# GraceTime seconds to checkpoint before SIGKILL, then wait in the queue again.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60
+PartitionName=high Nodes=$(IFS=,; echo "${NODES[*]}") MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
 }
 
@@ -122,7 +128,8 @@ start() {
 wait_until_idle() {
     local tries
     for tries in $(seq 1 60); do
-        if [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" = "${#NODES[@]}" ]; then
+        # A node is listed once per partition: count each node once.
+        if [ "$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | grep -c ' idle$')" = "${#NODES[@]}" ]; then
             echo "SLURM test cluster up: SLURM_CONF=$STATE/slurm.conf (${NODES[*]})"
             return 0
         fi
