@@ -82,7 +82,12 @@ def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Ite
     console = Console(os.dup(saved[1])) if echo else None
     _console, _capturing = console, True
     with open(path, "ab", buffering=0) as log, open(path.with_suffix(".times"), "a", encoding="ascii") as times:
-        pump = _start_tee(_Log(log, times), console, secrets)
+        if echo or secrets:  # a copy to the terminal, or masking: through a pipe this process reads
+            pump = _start_tee(_Log(log, times), console, secrets)
+        else:  # straight into the file: nothing is lost when the process is killed (SIGKILL) mid-write
+            for fd in (1, 2):
+                os.dup2(log.fileno(), fd)
+            pump = _Stamper(log.fileno(), times)
         failure = ""
         try:
             yield console
@@ -98,6 +103,35 @@ def rank_output(path: Path, *, echo: bool, secrets: tuple[str, ...] = ()) -> Ite
                 os.close(original)
             pump.join(timeout=10)
             _Log(log, times).write(scrub(failure, secrets).encode())
+
+
+class _Stamper(threading.Thread):
+    """For a log written straight to its file: when it grows, note when (to STAMP_S), beside it."""
+
+    def __init__(self, fd: int, times: TextIO) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.times, self.done = fd, times, threading.Event()
+        self.size = os.fstat(fd).st_size
+        self.start()
+
+    def run(self) -> None:
+        while not self.done.wait(STAMP_S):
+            self.stamp()
+
+    def stamp(self) -> None:
+        size = os.fstat(self.fd).st_size
+        if size > self.size:
+            self.times.write(f"{self.size} {time.time():.6f}\n")
+            self.times.flush()
+            self.size = size
+
+    def join(self, timeout: float | None = None) -> None:
+        self.done.set()
+        super().join(timeout)
+        self.stamp()
+
+
+STAMP_S = 0.1
 
 
 class _Log:

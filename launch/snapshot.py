@@ -68,6 +68,12 @@ def take(script: str | None, module: str | None, workdir: str, *, excluded: tupl
         return None
     root, kind = project
     names = _git_files(root) if kind == "git work tree" else _folder_files(root)
+    if kind == "git work tree" and not _holds_entry(root, names, script, module, workdir):
+        # the code is ignored by the work tree it sits in (a script in a virtualenv's site-packages, in a
+        # folder .gitignore leaves out): its own folder is the project
+        root, kind = (Path(workdir, script).resolve().parent if script is not None else Path(workdir).resolve()), \
+            "folder"
+        names = _folder_files(root)
     skip = tuple(Path(folder).resolve() for folder in excluded)
     files, size, biggest = [], 0, (0, "")
     for name in sorted(names):
@@ -85,6 +91,17 @@ def take(script: str | None, module: str | None, workdir: str, *, excluded: tupl
                           NO_SNAPSHOT_HINT)
     return Snapshot(root=str(root), kind=kind, files=tuple(files), size=size,
                     digest=_digest(root, files))
+
+
+def _holds_entry(root: Path, names: list[str], script: str | None, module: str | None, workdir: str) -> bool:
+    """Whether ``names`` (relative to ``root``) hold the script, or the top package or module of ``module``."""
+    try:
+        if script is not None:
+            return str(Path(workdir, script).resolve().relative_to(root.resolve())) in names
+        base = Path(workdir).resolve().relative_to(root.resolve()) / str(module).split(".")[0]
+    except ValueError:  # not under root at all
+        return False
+    return f"{base}.py" in names or any(name.startswith(f"{base}/") for name in names)
 
 
 def _git_files(root: Path) -> list[str]:

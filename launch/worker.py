@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
-from launch import job, ranklog
+from launch import job, oom, ranklog
 from launch.layout import rank_log_path
 from launch.lifetime import die_with_parent
 from launch.secrets import secret_values
@@ -88,6 +88,7 @@ class Ending:
     signum: int | None = None
     received: tuple[int, ...] = field(default=())
     status: str = ""
+    oom: str = ""  # for SIGKILL: what confirms that the kernel's out-of-memory killer sent it, if anything
 
     @property
     def shell_status(self) -> int:
@@ -118,6 +119,7 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
     previous = {sig: signal.getsignal(sig) for sig in (*FORWARDED, signal.SIGCHLD)}
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would lose the child's exit status
     parent = os.getpid()
+    kills_before = oom.cgroup_kills()
     # A signal that comes while the child is being made waits (blocked) until the forwarding is in place; the
     # child starts with the handlers this process had, and gets its own pending signals when it unblocks.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
@@ -134,6 +136,8 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
         ending = Ending(exit_code=os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 0,
                         signum=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, received=tuple(received))
         rss: float | None = round(usage.ru_maxrss / 1024, 1)
+        if ending.signum == signal.SIGKILL:
+            ending = replace(ending, oom=oom.evidence(child, kills_before))
     except ChildProcessError:  # reaped elsewhere: its status is unknown, so never a success
         ending, rss = Ending(exit_code=255, received=tuple(received)), None
     finally:
@@ -179,7 +183,7 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
     elif stopped_by is not None:
         status, reason = "stopped", f"terminated by {signal.Signals(stopped_by).name}"
     elif ending.signum is not None:
-        status, reason = "failed", describe_signal(ending.signum)
+        status, reason = "failed", describe_signal(ending.signum, ending.oom)
     else:
         status, reason = "failed", f"exited with status {ending.exit_code}"
     ranklog.record_rank(run_dir, rank, status, reason=reason, pid=child, exit_code=ending.shell_status,
@@ -188,8 +192,10 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
     return status
 
 
-def describe_signal(signum: int) -> str:
+def describe_signal(signum: int, oom_evidence: str = "") -> str:
     name = signal.Signals(signum).name
+    if signum == signal.SIGKILL and oom_evidence:
+        return f"killed by SIGKILL from the kernel's out-of-memory killer ({oom_evidence})"
     return f"killed by {name}" + (f"; {OOM_HINT}" if signum == signal.SIGKILL else "")
 
 
@@ -246,14 +252,15 @@ def _end_child(status: int) -> NoReturn:
 def end_as(ending: Ending) -> NoReturn:
     """End this process as the code ended: the same signal, or the same exit status."""
     if ending.signum is not None:
-        signal.signal(ending.signum, signal.SIG_DFL)
+        if ending.signum not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+            signal.signal(ending.signum, signal.SIG_DFL)
         os.kill(os.getpid(), ending.signum)
     _end_child(ending.shell_status)
 
 
 def failure_text(ending: Ending, rank: int) -> str:
     """One line naming the rank, its host and how it ended."""
-    how = describe_signal(ending.signum) if ending.signum else f"exited with status {ending.exit_code}"
+    how = describe_signal(ending.signum, ending.oom) if ending.signum else f"exited with status {ending.exit_code}"
     return f"rank {rank} on {socket.gethostname()} {how}"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -155,20 +156,53 @@ def test_a_partition_between_the_nodes_ends_the_job_within_seconds_naming_the_ho
     assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 30), "no process of the job is left"
 
 
+def test_a_node_that_dies_ends_the_allocation_and_is_named(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """slurmd on n2 killed, as when the node dies: SLURM finds it not responding (SlurmdTimeout, 30 s here),
+    ends the allocation and requeues the job (NODE_FAIL); `submit`, following it, and `status` name n2 and
+    what the job waits for; no process of the job stays on either node (its ranks on n2 lose their peers)."""
+    run_dir = tmp_path / "run"
+    state = str(Path(slurm_cluster["SLURM_CONF"]).parent)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "launch", "submit", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir",
+         str(run_dir), "--", "--batch-size", "16", "--log-every", "10", "--epochs", "20"], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **slurm_cluster, "PYTHONPATH": str(ROOT)})
+    try:
+        assert _wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
+        os.kill(int(Path("/run/launchsl/slurmd-n2.pid").read_text()), signal.SIGKILL)
+        killed = time.monotonic()
+        assert _wait_for(lambda: re.search(r": pending \(requeued 1 time\(s\), last: node n2 failed \(down\S*: Not "
+                                           r"responding\); waiting: ", run_cli("status", str(run_dir),
+                                                                               env=slurm_cluster).stdout), 150)
+        assert time.monotonic() - killed < 30 + 60, "SLURM's SlurmdTimeout, then a few of its pings and polls"
+        assert _wait_for(lambda: not [pid for pid in _processes_mentioning(str(run_dir)) if pid != follower.pid], 60), \
+            "no process of the job is left on either node"
+    finally:
+        job_id = str(json.loads((run_dir / "state.json").read_text())["job_id"])
+        subprocess.run(["scancel", job_id], env={**os.environ, **slurm_cluster}, timeout=60)
+        subprocess.run([str(ROOT / "tests" / "slurm" / "cluster.sh"), "node-start", "n2", state], timeout=60)
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], env={**os.environ, **slurm_cluster},
+                       capture_output=True, timeout=60)
+        out, _ = follower.communicate(timeout=120)
+    assert re.search(r"job \d+: requeued \(node n2 failed \(down\S*: Not responding\); restart 1\)", out), out
+    assert _wait_for(lambda: "idle" in _slurm(slurm_cluster, "sinfo", "-h", "-n", "n2", "-o", "%t"), 60), \
+        "n2 is back for the tests that follow"
+
+
 def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
                                                                        tmp_path: Path) -> None:
-    """A 2-minute limit, USR2 60 s before it: measured here 20 to 60 s into each allocation (SLURM checks
-    limits every 30 s and signals that much early), of which start-up takes about 20 s, and a requeued job
-    waits about 30 s to start again. The work (4 epochs) takes about 70 s of training here (7.5 steps/s,
-    measured 2026-12-03), more than any allocation gets before its signal, so the job must checkpoint and
-    requeue itself, likely several times, and still train every step once. (Measured here: 10 epochs needed
-    8 to 12 allocations, 540 s to over 600 s; 5 epochs 9 allocations, 560 s.)"""
-    profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 60\n"
+    """A 2-minute limit, USR2 30 s before it. SLURM checks limits every 30 s, so the signal comes 90 to 120 s
+    into each allocation, of which start-up takes about 35 s here: 55 to 85 s of training at about 7.5 steps/s
+    (measured 2026-12-03). 7 epochs (875 steps) cannot fit one allocation, so the job must checkpoint and
+    requeue itself at least once, and still train every step once. (With USR2 60 s before the limit, the
+    signal came 30 to 60 s in, often before training had started: 4 epochs needed 3 to 11 allocations, and
+    one run here failed after 10, submitit's max_timeouts.)"""
+    profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 30\n"
                             "  max_timeouts: 10\n")
     run_dir = tmp_path / "run"
-    epochs = 4
+    epochs = 7
     job_id = _submit(slurm_cluster, run_dir, "--epochs", str(epochs), profile=str(profile))
-    result = _finished(slurm_cluster, run_dir, 600)
+    result = _finished(slurm_cluster, run_dir, 900)
     assert result["steps"] == epochs * STEPS_PER_EPOCH
     stops = _stops_and_resumes(run_dir, "SIGUSR2")
     assert stops, "the job ran into its time limit at least once"

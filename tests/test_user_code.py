@@ -122,6 +122,57 @@ def test_a_failing_user_script_is_reported_by_rank_host_and_cause_within_seconds
     assert peer["status"] == "stopped" and peer["error"] == "terminated by SIGTERM"
 
 
+def _memory_cgroup(limit_bytes: int, name: str) -> Path | None:
+    """A child of this process's memory cgroup (v1 or v2) limited to ``limit_bytes``, or None where none can
+    be made (no root, no memory controller)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            folder, limit = Path("/sys/fs/cgroup/memory", path.lstrip("/"), name), "memory.limit_in_bytes"
+            break
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").is_file():
+            folder, limit = Path("/sys/fs/cgroup", path.lstrip("/"), name), "memory.max"
+            break
+    else:
+        return None
+    try:
+        folder.mkdir(exist_ok=True)
+        (folder / limit).write_text(str(limit_bytes))
+    except OSError:
+        return None
+    return folder
+
+
+@pytest.mark.e2e
+def test_a_rank_the_out_of_memory_killer_ends_is_reported_as_such(tmp_path: Path) -> None:
+    """The job runs in a memory cgroup of 2 GiB; rank 1 grows until the kernel's OOM killer ends it. The report
+    says who killed it, confirmed by the cgroup's oom_kill count (not only that SIGKILL is a common sign)."""
+    import socket
+
+    cgroup = _memory_cgroup(2 << 30, f"launch-oom-{os.getpid()}")
+    if cgroup is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    run_dir = tmp_path / "run"
+    try:
+        done = subprocess.run(
+            ["sh", "-c", f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"', "sh", sys.executable, "-m", "launch",
+             "submit", "--profile", "local-cpu", "--script", str(PROBE), "--run-dir", str(run_dir), "--",
+             str(tmp_path / "out"), "--fail", "oom", "--sleep", "60"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        for _ in range(50):  # empty once every process of the job has ended
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"rank 1 on {socket.gethostname()} failed first (killed by SIGKILL from the kernel's out-of-memory " \
+           "killer (its memory cgroup counted an oom_kill))" in last, last
+
+
 @pytest.mark.e2e
 def test_a_user_script_on_the_runtime_api_runs_locally_and_report_draws_its_metrics(tmp_path: Path) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
@@ -255,13 +306,13 @@ def test_a_failing_user_script_on_the_cluster_is_named_within_30_s(slurm_cluster
 @pytest.mark.e2e
 def test_a_user_script_on_the_runtime_api_survives_preemption_and_its_time_limit(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
                                                                                  tmp_path: Path) -> None:
-    """A 2-minute limit with USR2 60 s before it (so SLURM signals 20 to 60 s into each allocation), about 90 s
-    of work, and a preemption (USR2) early on: every stop checkpoints at a step all ranks agree on, and the
-    requeued job continues from it; the script ends with every step trained exactly once."""
-    profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 60\n"
+    """A 2-minute limit with USR2 30 s before it (so SLURM signals 90 to 120 s into each allocation), about
+    120 s of work, and a preemption (USR2) early on: every stop checkpoints at a step all ranks agree on, and
+    the requeued job continues from it; the script ends with every step trained exactly once."""
+    profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 30\n"
                             "  max_timeouts: 10\n")
     out, run_dir = tmp_path / "out", tmp_path / "run"
-    steps = 360
+    steps = 480
     started = run_cli("submit", "--profile", str(profile), "--script", str(USER_CODE / "resumable.py"), "--run-dir",
                       str(run_dir), "--detach", "--", str(out), "--steps", str(steps), "--step-seconds", "0.25",
                       env=slurm_cluster)
@@ -305,7 +356,7 @@ dist.barrier()
 rank = dist.get_rank()
 for delay, who, word in ((0.0, 1, "first"), (0.8, 0, "second"), (1.6, 1, "third")):
     if rank == who:
-        time.sleep(delay - (0.8 if word == "third" else 0.0))
+        time.sleep(delay)  # rank 1 prints at 0.0 and 1.6 s, rank 0 at 0.8 s
         print(word, flush=True)
 dist.barrier()
 """

@@ -40,6 +40,7 @@ class JobState:
     restarts: int = 0  # times SLURM has requeued it
     preempted: bool = False  # SLURM preempted it (for a job in a higher-priority partition)
     started: float | None = None  # when this allocation started (seconds since the epoch)
+    partition: str = ""
 
     @property
     def requeueing(self) -> bool:
@@ -140,7 +141,7 @@ def job_state(job_id: str) -> JobState:
         started: float | None = time.mktime(time.strptime(fields.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         started = None
-    return JobState(started=started, state=fields.get("JobState", "UNKNOWN"), exit_code=status, nodes=fields.get("NodeList", ""),
+    return JobState(started=started, partition=fields.get("Partition", ""), state=fields.get("JobState", "UNKNOWN"), exit_code=status, nodes=fields.get("NodeList", ""),
                     reason=fields.get("Reason", ""), requeues=fields.get("Requeue") == "1",
                     restarts=int(restarts) if restarts.isdigit() else 0,
                     preempted=fields.get("PreemptTime", "None") not in ("None", "Unknown", ""))
@@ -159,27 +160,32 @@ def waiting_for(reason: str) -> str:
 
 
 def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str:
-    """Why SLURM requeued the job: a preemption, a node of ``nodes`` (where it ran) that failed, or what the job
-    said when it requeued itself."""
+    """Why SLURM requeued the job: a preemption, what the job said when it requeued itself, or a node that
+    failed (of ``nodes``, where it ran; of its partition when that is not known any more)."""
     if state.preempted:
         return "preempted by a job of higher priority"
-    down = _failed_nodes(nodes) if nodes and nodes != "(null)" else []
-    if down:
-        return "; ".join(f"node {name} failed ({why})" for name, why in down)
     said = runs.read_json(run_dir / REQUEUED) or {}
     if said.get("restart") == state.restarts and "cause" in said:
         return str(said["cause"])
+    known = nodes and nodes != "(null)"
+    down = _failed_nodes(["-n", nodes] if known else ["-p", state.partition] if state.partition else [])
+    if down:
+        return "; ".join(f"node {name} failed ({why})" for name, why in down)
     return "requeued by hand (scontrol requeue) or by SLURM"
 
 
-def _failed_nodes(nodes: str) -> list[tuple[str, str]]:
-    done = subprocess.run(["sinfo", "-h", "-N", "-n", nodes, "-o", "%N|%T|%E"], capture_output=True, text=True,
+def _failed_nodes(which: list[str]) -> list[tuple[str, str]]:
+    """Nodes (sinfo's ``which``: -n NODES or -p PARTITION) that are down, failing or not responding."""
+    if not which:
+        return []
+    done = subprocess.run(["sinfo", "-h", "-N", *which, "-o", "%N|%T|%E"], capture_output=True, text=True,
                           timeout=60)
-    found = []
+    found: list[tuple[str, str]] = []
     for line in done.stdout.splitlines():
         name, _, rest = line.partition("|")
         state, _, reason = rest.partition("|")
-        if any(word in state.lower() for word in ("down", "drain", "fail", "not_responding")) or state.endswith("*"):
+        failing = any(word in state.lower() for word in ("down", "drain", "fail", "not_responding"))
+        if (failing or state.endswith("*")) and name not in dict(found):
             found.append((name, f"{state.lower()}: {reason}" if reason and reason != "none" else state.lower()))
     return found
 

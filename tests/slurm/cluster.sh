@@ -4,6 +4,7 @@
 #   tests/slurm/cluster.sh install          Debian's slurm-wlm, munge and nftables (apt-get)
 #   tests/slurm/cluster.sh start  [STATE]   munged + slurmctld on this host, one slurmd per network namespace
 #   tests/slurm/cluster.sh stop   [STATE]   every daemon, namespace and link it made, gone
+#   tests/slurm/cluster.sh node-start NODE [STATE]   that node's slurmd again (after a test killed it)
 #
 # Each node (n1, n2) is a network namespace with its own address on a private bridge, its own hostname (UTS
 # namespace) and its own /etc/hosts (a private bind mount), so a job really spans two hosts. Clients on this
@@ -116,13 +117,18 @@ start() {
     slurmctld -f "$SLURM_CONF"
     local name
     for name in "${NODES[@]}"; do
-        # The node's network namespace, plus its own hostname (UTS) and /etc/hosts (a private mount), so
-        # the node's processes see themselves as $name. (Not `ip netns exec`: it remounts /sys, hiding the
-        # cgroup file systems slurmd needs.)
-        nsenter --net="/run/netns/$PREFIX-$name" unshare --mount --uts -- sh -c \
-            "mount --bind '$STATE/hosts-$name' /etc/hosts && hostname $name && exec slurmd -f '$SLURM_CONF' -N $name"
+        start_node "$name"
     done
     wait_until_idle
+}
+
+start_node() {  # the node's slurmd (again, after a test killed it: node-start NAME [STATE])
+    local name=$1
+    # The node's network namespace, plus its own hostname (UTS) and /etc/hosts (a private mount), so
+    # the node's processes see themselves as $name. (Not `ip netns exec`: it remounts /sys, hiding the
+    # cgroup file systems slurmd needs.)
+    nsenter --net="/run/netns/$PREFIX-$name" unshare --mount --uts -- sh -c \
+        "mount --bind '$STATE/hosts-$name' /etc/hosts && hostname $name && exec slurmd -f '$STATE/slurm.conf' -N $name"
 }
 
 wait_until_idle() {
@@ -186,5 +192,6 @@ case ${1:-} in
     install) install ;;
     start) start ;;
     stop) stop ;;
-    *) echo "usage: $0 install|start|stop [STATE_DIR]" >&2; exit 2 ;;
+    node-start) STATE=${3:-/tmp/launch-slurm}; start_node "$2" ;;
+    *) echo "usage: $0 install|start|stop [STATE_DIR] | node-start NODE [STATE_DIR]" >&2; exit 2 ;;
 esac

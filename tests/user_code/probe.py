@@ -1,7 +1,7 @@
 """A user's torchrun-style DDP script, as users write them: its own argparse with positional arguments, the
 process group from torch's variables, one all_reduce. Each rank writes what it received to OUT/rank-N.json.
 
-    torchrun --nproc_per_node 2 probe.py OUT [EXTRA ...] [--fail raise|exit3|kill] [--fail-rank R]
+    torchrun --nproc_per_node 2 probe.py OUT [EXTRA ...] [--fail raise|exit3|kill|oom] [--fail-rank R]
 """
 
 import argparse
@@ -20,7 +20,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("extra", nargs="*")
-    parser.add_argument("--fail", choices=["raise", "exit3", "kill"])
+    parser.add_argument("--fail", choices=["raise", "exit3", "kill", "oom"])
     parser.add_argument("--fail-rank", type=int, default=1)
     parser.add_argument("--sleep", type=float, default=0.0)
     args, _ = parser.parse_known_args()
@@ -41,6 +41,10 @@ def main() -> None:
             raise RuntimeError(f"probe failure on rank {rank}")
         if args.fail == "exit3":
             sys.exit(3)
+        if args.fail == "oom":  # grows until the kernel's out-of-memory killer ends it
+            hoard = []
+            while True:
+                hoard.append(bytearray(64 << 20))
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(args.sleep)
     dist.barrier()
