@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from launch import job, worker
-from launch.layout import REQUEUED, write_json_atomic
+from launch.layout import REQUEUED, read_json, write_json_atomic
 from launch.rendezvous import port_for_job
 from launch.worker import Target
 
@@ -120,6 +120,23 @@ def _preempted() -> bool:
     return bool(job_id) and fields.get("JobState") == "RUNNING" and fields.get("PreemptTime", "None") != "None"
 
 
+ANNOUNCE_WAIT_S = 10.0
+
+
+def _requeue_announced() -> bool:
+    """Whether the first task says, within ANNOUNCE_WAIT_S, that it requeues the job (its requeued.json for the
+    restart to come): then the SIGTERM was a preemption's."""
+    run_dir = job.info().run_dir
+    restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1
+    deadline = time.monotonic() + ANNOUNCE_WAIT_S
+    while run_dir is not None and time.monotonic() < deadline:
+        note = read_json(run_dir / REQUEUED) or {}
+        if note.get("restart") == restart and note.get("time", 0) > time.time() - 60:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def _stopped(ending: worker.Ending) -> bool:
     """Whether the code ended before its work was done: stopped at a checkpoint, or ended by a signal."""
     return ending.signum is not None or ending.shell_status != 0 or ending.status == "stopped"
@@ -138,5 +155,7 @@ def _end_stopped_task(signum: int, requeue: object, *, is_first: bool) -> NoRetu
                 "preempted by a job of higher priority" if preempted else
                 "requeued itself at SLURM's USR2 warning (its time limit near, or a preemption)")})
         requeue(signal.SIGUSR2, None)  # checkpoint() above, `scontrol requeue`, then SystemExit
+    if signum == signal.SIGTERM and not is_first and _requeue_announced():
+        signum = 0  # the first task requeues the job: ending nonzero first would make srun end it as failed
     sys.stdout.flush()
-    os._exit(0 if signum == signal.SIGUSR2 else 128 + signum)
+    os._exit(0 if signum in (0, signal.SIGUSR2) else 128 + signum)
