@@ -20,6 +20,7 @@ from typing import NoReturn
 from launch import job, worker
 from launch.layout import REQUEUED, read_json, write_json_atomic
 from launch.rendezvous import port_for_job
+from launch.slurm_state import job_state
 from launch.worker import Target
 
 
@@ -27,7 +28,7 @@ from launch.worker import Target
 class TaskFacts:
     """What the scheduler says about one task."""
 
-    job_id: str
+    job_id: str  # its allocation's own SLURM job id
     global_rank: int
     local_rank: int
     num_tasks: int
@@ -75,7 +76,10 @@ class Bootstrap:
         import submitit
 
         task = submitit.JobEnvironment()
-        facts = TaskFacts(job_id=str(task.job_id), global_rank=task.global_rank, local_rank=task.local_rank,
+        # An array element's own job id (SLURM_JOB_ID), not submitit's ARRAY_INDEX: elements sharing a head node
+        # get ports of their own, as the sbatch launcher's tasks do (port_for_job_shell)
+        facts = TaskFacts(job_id=os.environ.get("SLURM_JOB_ID") or str(task.job_id), global_rank=task.global_rank,
+                          local_rank=task.local_rank,
                           num_tasks=task.num_tasks, num_nodes=task.num_nodes, node=task.node,
                           hostnames=tuple(task.hostnames))
         os.environ.update(dict(self.env))
@@ -112,12 +116,10 @@ def _preempted() -> bool:
     only a job still running when the grace time ends: a job that stops at a checkpoint requeues itself)."""
     job_id = os.environ.get("SLURM_JOB_ID", "")
     try:
-        shown = subprocess.run(["scontrol", "show", "job", job_id, "--oneliner"], capture_output=True, text=True,
-                               timeout=30).stdout
+        state = job_state(job_id, timeout_s=30) if job_id else None
     except (OSError, subprocess.TimeoutExpired):
         return False
-    fields = dict(field.partition("=")[::2] for field in shown.split())
-    return bool(job_id) and fields.get("JobState") == "RUNNING" and fields.get("PreemptTime", "None") != "None"
+    return state is not None and state.state == "RUNNING" and state.preempted
 
 
 ANNOUNCE_WAIT_S = 10.0

@@ -128,7 +128,8 @@ def judge(reports: Reports, *, nodes: int, per_node: int, device: str, hosts: tu
     own_failures = [text for text in problems if "cannot reach" in text or "is missing on" in text]
     if own_failures:  # the head's "never reached it" only repeats what the ranks that could not said better
         problems = [text for text in problems if "never reached" not in text]
-    rows = []
+    rows: list[NodeRow] = []
+    silent: list[str] = []  # ranks that ended without a word
     for node in range(nodes):
         ranks = by_node.get(node, [])
         first = ranks[0] if ranks else {}
@@ -137,9 +138,12 @@ def judge(reports: Reports, *, nodes: int, per_node: int, device: str, hosts: tu
             problems.append(f"{host} (node {node}): no process of the check started there" +
                             (f" within {DEADLINE_S:.0f} s" if timed_out else ""))
         elif timed_out and any(not report.get("done") and not report.get("problems") for report in ranks):
-            stuck = [str(report["rank"]) for report in ranks if not report.get("done")]
-            problems.append(f"{host} (node {node}): ranks {', '.join(stuck)} did not finish within "
-                            f"{DEADLINE_S:.0f} s")
+            stuck = ", ".join(str(report["rank"]) for report in ranks if not report.get("done"))
+            problems.append(f"{host} (node {node}): ranks {stuck} did not finish within {DEADLINE_S:.0f} s")
+        elif any(not report.get("done") and not report.get("problems") for report in ranks):
+            stuck = ", ".join(str(report["rank"]) for report in ranks if not report.get("done"))
+            silent.append(f"{host} (node {node}): ranks {stuck} ended before the check finished, without naming "
+                          "a cause (their logs say why)")
         reach = _reach(ranks or [node_reports.get(node, {})])
         link = links.get(node, {})
         rows.append(NodeRow(node=node, host=host, ranks=_rank_span(node, per_node), facts=first, reach=reach,
@@ -147,7 +151,10 @@ def judge(reports: Reports, *, nodes: int, per_node: int, device: str, hosts: tu
     problems += _differences(reports.ranks)
     problems += _too_few_accelerators(rows, per_node, device)
     problems += _slow_links(rows)
-    return Verdict(rows=tuple(rows), problems=tuple(problems), world=nodes * per_node,
+    if not problems:  # ranks stopped by another's failure said nothing either; alone, a silent end is the cause
+        problems += silent
+    measured_world = int((reports.links or {}).get("world", nodes * per_node))  # TPU hosts: one process each
+    return Verdict(rows=tuple(rows), problems=tuple(problems), world=measured_world,
                    all_reduce_ms=(reports.links or {}).get("all_reduce_ms"))
 
 

@@ -25,6 +25,7 @@ from launch.worker import Target
 
 if TYPE_CHECKING:
     from launch.backends import Backend
+    from launch.sweep import SweepPlan
 
 RUN_TIME_PLACEHOLDER = "YYYYmmdd-HHMMSS"
 RUNS = "runs"  # where new run folders go, in the submitting folder
@@ -42,11 +43,15 @@ def _parser() -> argparse.ArgumentParser:
     profiles.add_argument("name", nargs="?", help="a bundled profile name or a YAML path")
     for name, text in (("render", "print the plan without running anything"), ("submit", "run the plan"),
                        ("check", "start the plan's processes with a probe instead of the code: every node's "
-                                 "versions, network and link to the head, and a verdict")):
+                                 "versions, network and link to the head, and a verdict"),
+                       ("sweep", "run the plan once per point of a grid (a SLURM job array); `sweep retry SWEEP "
+                                 "--failed` runs its failed points again")):
+        extra = {"submit": " [--detach] [--resume] [--check]",
+                 "sweep": " --grid KEY=V1,V2 [--grid ...] [--grid-file F] [--max-parallel N] [--detach]",
+                 "render": " [--grid KEY=V1,V2 ...]"}.get(name, "")
         command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P [--strategy S] "
                                       "[--script FILE | --module NAME] [--run-dir D] [--launcher submitit|sbatch] "
-                                      "[--max-restarts N]" + (" [--detach] [--resume] [--check]" if name == "submit"
-                                                              else "") + " [-- ARGS]")
+                                      "[--max-restarts N]" + extra + " [-- ARGS]")
         command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
         command.add_argument("--strategy", default="ddp", help="; ".join(
             f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()) + " (default ddp)")
@@ -55,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                           "`torchrun FILE ARGS` (or `accelerate launch FILE ARGS`) would start it")
         code.add_argument("--module", metavar="NAME", help="your training module (pkg.train), as `python -m NAME "
                           "ARGS`, imported from this folder")
-        command.add_argument("--run-dir", help="run folder (default: a new one under runs/)")
+        command.add_argument("--run-dir", help="run folder (default: a new one under runs/); of a sweep: the "
+                                               "sweep folder, each point's run folder inside it")
         command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
                              help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
                                   "batch script whose task per node runs torchrun / accelerate launch)")
@@ -66,6 +72,16 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--max-restarts", type=int, default=0, metavar="N",
                              help="local profiles: restart the workers up to N times after a failure (torchrun's "
                                   "elastic restarts); they continue from the last checkpoint")
+        if name in ("render", "sweep"):
+            command.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                                 help="sweep: KEY's values, each point gets --KEY VALUE after ARGS (repeatable: the "
+                                      "points are the cartesian product)")
+            command.add_argument("--grid-file", action="append", metavar="FILE",
+                                 help="sweep: a YAML mapping of KEY to a list of values")
+            command.add_argument("--max-parallel", type=int, metavar="N",
+                                 help="sweep: at most N points running at once (SLURM default: all; here: 1)")
+        if name == "sweep":
+            command.add_argument("--detach", action="store_true", help="SLURM: submit the array and return")
         if name == "submit":
             command.add_argument("--check", action="store_true",
                                  help="run `launch check` first (in its own run folder) and submit only if it passes")
@@ -95,13 +111,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _retry_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="launch sweep retry", description="submit a sweep's failed points again")
+    parser.add_argument("sweep", help="the sweep folder")
+    parser.add_argument("--failed", action="store_true", required=True,
+                        help="the points that failed or were cancelled, each into its own run folder")
+    parser.add_argument("--detach", action="store_true", help="SLURM: submit and return")
+    parser.set_defaults(command="sweep-retry")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     launch_argv, train_argv = (given[:given.index("--")], given[given.index("--") + 1:]) \
         if "--" in given else (given, [])
     try:
-        args = _parser().parse_args(launch_argv)
-        if train_argv and args.command not in ("render", "submit", "check"):
+        retrying = launch_argv[:2] == ["sweep", "retry"]
+        args = _retry_parser().parse_args(launch_argv[2:]) if retrying else _parser().parse_args(launch_argv)
+        if train_argv and args.command not in ("render", "submit", "check", "sweep"):
             raise LaunchError(f"{args.command}: takes no arguments after '--'")
         return _HANDLERS[args.command](args, train_argv)
     except LaunchError as error:
@@ -177,8 +204,107 @@ def _run_name(strategy: str, code: Target | None) -> str:
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
+    if args.grid or args.grid_file:
+        from launch.sweep_runner import render_sweep
+
+        print(render_sweep(_sweep_plan(args, train_argv, for_submit=False)), end="")
+        return 0
+    if args.max_parallel is not None:
+        raise LaunchError("--max-parallel: applies to a sweep", "give --grid KEY=V1,V2 too")
     print(render_text(_plan(args, train_argv, for_submit=False)), end="")
     return 0
+
+
+def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> SweepPlan:
+    """The plan of ``sweep`` (and ``render --grid``); every refusal comes before anything is made."""
+    from launch import backends, sweep
+    from launch.grid import parse_grid
+
+    grid = parse_grid(args.grid or [], args.grid_file or [])
+    profile = load_profile(args.profile)
+    strategy = get_strategy(args.strategy)
+    code = None if args.script is None and args.module is None else Target(script=args.script, module=args.module)
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise LaunchError(f"--max-parallel {args.max_parallel}: must be 1 or more")
+    if args.max_restarts:
+        raise LaunchError("--max-restarts: not for a sweep", "each point continues from its checkpoint on `sweep retry`")
+    backend = backends.get(backend_for(profile, args.launcher))
+    if code is None:
+        for point in grid.points():
+            try:
+                check_example_args(strategy, (*code_args, *point.args()))
+            except LaunchError as error:
+                raise LaunchError(f"--grid: point {point.index} ({point.describe()}): {error}") from None
+    elif not backend.own_hosts:
+        check_code(code, python=sys.executable, workdir=str(Path.cwd()))
+    taken = None
+    if code is not None and backend.snapshots and not args.no_snapshot:
+        excluded = (RUNS, *((args.run_dir,) if args.run_dir is not None else ()))
+        taken = snapshot.take(code.script, code.module, str(Path.cwd()), excluded=excluded)
+    parallel = args.max_parallel
+    if not hasattr(backend, "submit_array"):  # here: one at a time unless asked, and never past the cores
+        parallel = sweep.local_parallelism(parallel or 1, profile.world_size)
+        if for_submit and args.max_parallel and parallel < args.max_parallel:
+            print(f"--max-parallel {args.max_parallel}: {parallel} at a time here ({os.cpu_count()} cores, "
+                  f"{profile.world_size} processes a point)")
+    name = f"{_run_name(strategy.name, code)}-sweep"
+    folder = Path(args.run_dir) if args.run_dir is not None else \
+        runs.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()) if for_submit else \
+        Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
+    return sweep.build_sweep(profile, strategy.name, code, common=tuple(code_args), grid=grid,
+                             folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
+                             launcher=args.launcher, max_parallel=parallel, snapshot=taken)
+
+
+def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
+    from launch import sweep_runner
+
+    if args.run_dir is not None and Path(args.run_dir).exists() and any(Path(args.run_dir).iterdir()):
+        raise LaunchError(f"--run-dir {args.run_dir}: already holds something; a sweep starts in a new folder",
+                          f"to run its failed points again: python -m launch sweep retry {args.run_dir} --failed")
+    plan = _sweep_plan(args, code_args, for_submit=True)
+    backend = plan.plans[0].job.backend
+    if args.detach and backend not in ("submitit", "sbatch"):
+        shutil.rmtree(plan.folder, ignore_errors=True)
+        raise LaunchError("sweep --detach: a sweep here runs in the foreground, its points one after another",
+                          "run it in the background yourself (nohup, tmux), or on a SLURM profile")
+    try:
+        _preflight_sweep(plan)
+        return sweep_runner.submit_sweep(plan, detach=args.detach)
+    except SubmitError:
+        if not sweep_runner.sweep.read_record(Path(plan.folder)).get("submissions"):
+            shutil.rmtree(plan.folder, ignore_errors=True)  # nothing was queued: nothing to keep
+        raise
+
+
+def _preflight_sweep(plan: SweepPlan) -> None:
+    from launch import backends
+
+    first = plan.plans[0]
+    backend = backends.get(first.job.backend)
+    missing = [name for name in first.profile.secrets if name not in os.environ]
+    if missing and not backend.own_hosts:
+        raise SubmitError(f"{first.profile.source}: secrets: {', '.join(missing)} not set in this environment",
+                          "export it before submitting; launch passes secrets only through the environment")
+    backend.preflight(first)
+
+
+def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
+    from launch import grid as grids, sweep, sweep_runner
+
+    folder = Path(args.sweep)
+    if not sweep.is_sweep(folder):
+        raise LaunchError(f"{folder}: not a sweep folder (no {sweep.RECORD})", "give the folder `sweep` printed")
+    given = sweep.read_record(folder)["inputs"]
+    grid = grids.Grid(tuple((key, tuple(values)) for key, values in given["grid"]))
+    code = None if given["script"] is None and given["module"] is None else \
+        Target(script=given["script"], module=given["module"])
+    plan = sweep.build_sweep(load_profile(given["profile"]), given["strategy"], code, common=tuple(given["common"]),
+                             grid=grid, folder=str(folder.absolute()), python=given["python"],
+                             workdir=given["workdir"], launcher=given["launcher"],
+                             max_parallel=sweep.read_record(folder).get("max_parallel"),
+                             snapshot=sweep.snapshot_from(given["snapshot"]))
+    return sweep_runner.retry(plan, detach=args.detach)
 
 
 def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
@@ -229,9 +355,6 @@ def _run_check(args: argparse.Namespace, code_args: list[str], *, run_dir: str |
     plan = build_plan(profile, args.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
                       workdir=str(Path.cwd()), launcher=args.launcher, check=True)
     backend = backends.get(plan.job.backend)
-    if backend.own_hosts:
-        raise LaunchError(f"check: profile {profile.name} runs on TPU hosts through gcloud, which `check` does not "
-                          "reach yet", "run `python -m launch check --profile P` on a TPU VM with a local profile")
     try:
         _prepare(plan, backend, resume=False)
     except LaunchError:
@@ -322,9 +445,14 @@ def _run_dir(given: str) -> Path:
 
 
 def _status(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends
+    from launch import backends, sweep
 
     run_dir = _run_dir(args.run)
+    if sweep.is_sweep(run_dir):
+        from launch.sweep_runner import status_table
+
+        print(status_table(run_dir))
+        return 0
     state = backends.status(run_dir)
     code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
     print(f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else ""))
@@ -336,19 +464,32 @@ def _status(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends
+    from launch import backends, sweep
 
-    backends.logs(_run_dir(args.run), rank=None if args.all else args.rank, follow=args.follow)
+    run_dir = _run_dir(args.run)
+    if sweep.is_sweep(run_dir):
+        first = next(iter(sweep.point_folders(run_dir)), (0, "", run_dir))[2]
+        raise LaunchError(f"logs {run_dir}: a sweep; its logs are its points'", f"give a point's folder, e.g. {first}")
+    backends.logs(run_dir, rank=None if args.all else args.rank, follow=args.follow)
     return 0
 
 
 def _report(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import report
+    from launch import report, sweep
+    from launch.layout import METRICS
 
     output = Path(args.output)
     if output.suffix.lower() != ".png":
         raise LaunchError(f"--output {output}: must end in .png")
-    curves = [report.read_run(_folder_with_metrics(given)) for given in args.runs]
+    curves = []
+    for given in args.runs:
+        folder = _folder_with_metrics(given)
+        if sweep.is_sweep(folder):  # every point that logged something, best first
+            found = [report.read_run(run_dir, name=f"p{index} {values}")
+                     for index, values, run_dir in sweep.point_folders(folder) if (run_dir / METRICS).is_file()]
+            curves += report.ranked(found)
+        else:
+            curves.append(report.read_run(folder))
     _write_new(output, lambda sink: report.plot(curves, sink))
     print(report.summary_table(curves))
     print(f"wrote {output}")
@@ -373,9 +514,16 @@ def _doctor(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _cancel(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends
+    from launch import backends, sweep
 
     run_dir = _run_dir(args.run)
+    if sweep.is_sweep(run_dir):
+        from launch.sweep_runner import cancel_sweep
+
+        if not cancel_sweep(run_dir):
+            raise LaunchError(f"{run_dir}: no point of this sweep is running, nothing to cancel")
+        print(f"{run_dir}: cancel requested for every running point")
+        return 0
     if not backends.cancel(run_dir):
         raise LaunchError(f"{run_dir}: not running, nothing to cancel")
     print(f"{run_dir}: cancel requested")
@@ -384,4 +532,4 @@ def _cancel(args: argparse.Namespace, _: list[str]) -> int:
 
 _HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit, "check": _check,
              "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel,
-             "report": _report, "doctor": _doctor}
+             "report": _report, "doctor": _doctor, "sweep": _sweep, "sweep-retry": _sweep_retry}

@@ -61,7 +61,16 @@ def check_code(code: Target, *, python: str, workdir: str) -> None:
 def check_example_args(strategy: Strategy, args: tuple[str, ...]) -> None:
     """The bundled example's own parser on ``args``; its refusal becomes one line."""
     module, _, function = strategy.example.check_args.partition(":")
+    top = module.split(".")[0]
+    found = importlib.util.find_spec(top)
+    bundled = Path(__file__).resolve().parent.parent / top  # the examples' package, installed beside launch
+    if found is None or found.origin is None or Path(found.origin).resolve().parent != bundled:
+        where = found.origin if found is not None and found.origin else f"no {top} package"
+        raise LaunchError(f"--strategy {strategy.name}: the bundled example's package {top} is not launch's own "
+                          f"here ({where} stands in for it)",
+                          "run from another folder, or give your own script with --script")
+    parse = getattr(importlib.import_module(module), function)
     try:
-        getattr(importlib.import_module(module), function)(list(args))
+        parse(list(args))
     except ValueError as error:
         raise LaunchError(f"TRAIN_ARGS: {error}") from None

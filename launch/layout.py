@@ -13,8 +13,8 @@ METRICS = "metrics.jsonl"
 STATE = "state.json"
 LOGS = "logs"
 CHECKPOINTS = "checkpoints"
-LATEST_CHECKPOINT = "latest.json"
-REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)  # points at the last complete checkpoint; replaced atomically
+LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
+REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)
 
 
 def rank_log_path(run_dir: str | Path, rank: int) -> Path:

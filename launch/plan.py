@@ -14,9 +14,9 @@ from pathlib import PurePath, PurePosixPath
 from typing import ClassVar
 
 from launch import job as contract
-from launch import sbatch, tpu
+from launch import probe, sbatch, tpu
 from launch.errors import LaunchError
-from launch.layout import CHECKPOINTS, METRICS, RESULT
+from launch.layout import CHECKPOINTS, LOGS, METRICS, RESULT
 from launch.profile import Profile
 from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
 from launch.node import NodeCommand, PlanFile
@@ -66,6 +66,9 @@ class GcloudJob:
     after_argv: tuple[str, ...]  # run here once the job succeeded: fetch host 0's result and metrics
     ssh_argv: tuple[str, ...]  # gcloud's ssh to every host, its command to come
     files: tuple[PlanFile, ...] = ()
+    before_argv: tuple[tuple[str, ...], ...] = ()  # run here first, in order: the snapshot shipped to every host
+    collect_argv: tuple[str, ...] = ()  # run here once the job ended, however: every host's rank logs (and check
+    # reports) fetched into the run folder here
 
     @property
     def host_folder(self) -> str:
@@ -144,7 +147,7 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     bundled = code is None
     code = Target(module=chosen.example.module, args=args) if code is None else code
     if snapshot is not None:
-        code = in_snapshot(code, snapshot, run_dir=run_dir, workdir=workdir)
+        code = in_snapshot(code, snapshot, run_dir=_JOB_RUN_DIR.get(backend, str)(run_dir), workdir=workdir)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                      python=python, workdir=workdir, max_restarts=max_restarts, checking=check,
                      code=probe_target(code) if check else code, snapshot=snapshot)
@@ -217,9 +220,9 @@ def _files(inputs: _Inputs, run_dir: str) -> tuple[PlanFile, ...]:
     return tuple(PlanFile(path=path, text=text) for path, text in inputs.strategy.runner.files(inputs.profile, run_dir))
 
 
-def _env(inputs: _Inputs, run_dir: str, stop_signals: str = "") -> tuple[tuple[str, str], ...]:
-    return worker_env(inputs.profile, inputs.strategy.runner.extra_env(inputs.profile), run_dir=run_dir,
-                      stop_signals=stop_signals)
+def _env(inputs: _Inputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:
+    return worker_env(inputs.profile, {**inputs.strategy.runner.extra_env(inputs.profile), **wiring},
+                      run_dir=run_dir, stop_signals=stop_signals)
 
 
 def _plan(inputs: _Inputs, env: tuple[tuple[str, str], ...], job: Job) -> LaunchPlan:
@@ -275,19 +278,26 @@ def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
     hosts = profile.tpu
     assert hosts is not None  # noqa: S101 - backend_for chose gcloud for a TPU section
     host_run_dir = tpu.host_run_dir(inputs.run_dir)
-    env = _env(inputs, host_run_dir)
+    port = profile.rendezvous.port  # where torch_xla's xla:// rendezvous listens on worker 0, if not its default
+    env = _env(inputs, host_run_dir, **({"MASTER_PORT": str(port)} if port is not None else {}))
     node = NodeContext(node_rank="0", master_addr=None, master_port=None)
     command = NodeCommand(node_rank=0, argv=_node_argv(inputs, node, host_run_dir, hosts.python), env=env,
                           cwd=hosts.workdir)
     host_files = _files(inputs, host_run_dir)
-    shell_command = tpu.host_command(workdir=hosts.workdir, files=[(f.path, f.text) for f in host_files],
-                                     env=env, argv=[str(arg) for arg in command.argv])
     host_folder = str(PurePosixPath(hosts.workdir, host_run_dir))
+    shell_command = tpu.host_command(workdir=hosts.workdir, files=[(f.path, f.text) for f in host_files],
+                                     env=env, argv=[str(arg) for arg in command.argv],
+                                     snapshot_in=host_run_dir if inputs.snapshot else None)
     return _plan(inputs, env, GcloudJob(
         node=command, host_files=host_files, host_run_dir=host_run_dir, ssh_argv=tpu.gcloud_ssh_on_every_host(hosts),
         submit_argv=tpu.gcloud_ssh(hosts, shell_command),
-        after_argv=tpu.fetch_files(hosts, host_folder, (RESULT, METRICS), inputs.run_dir)))
+        after_argv=() if inputs.checking else tpu.fetch_files(hosts, host_folder, (RESULT, METRICS), inputs.run_dir),
+        before_argv=tpu.ship_snapshot(hosts, inputs.run_dir, host_folder) if inputs.snapshot else (),
+        collect_argv=tpu.fetch_folders(hosts, host_folder, (LOGS, *((probe.CHECK,) if inputs.checking else ())),
+                                       inputs.run_dir)))
 
 
+_JOB_RUN_DIR: dict[str, Callable[[str], str]] = {"gcloud": tpu.host_run_dir}  # where a job's run folder is, if
+# not where it is here (the snapshot's copy is found through it)
 _JOB_BUILDERS: dict[str, Callable[[_Inputs], LaunchPlan]] = {
     "local": _local_job, "sbatch": _sbatch_job, "submitit": _submitit_job, "gcloud": _gcloud_job}

@@ -6,7 +6,8 @@ phase, so that a rank that hangs or dies has said how far it got:
 1. its host, the interface and address it uses toward the head, Python and package versions, a digest of
    the code the job would run, and the accelerators it sees (nothing here can hang);
 2. whether it reaches the head at MASTER_ADDR:MASTER_PORT (a TCP store, as torch's rendezvous uses), within
-   ``CONNECT_S``, and whether the whole world gathers there within ``GATHER_S``;
+   ``CONNECT_S``, and whether the whole world gathers there within ``GATHER_S`` (on TPU hosts, one process
+   per host: worker 0 at the port of torch_xla's ``xla://`` rendezvous);
 3. a timed all_reduce over the world with the job's backend, and rank 0 times a ping-pong with the first
    rank of every node (the head's own node: its second rank), written to ``check/links.json``.
 
@@ -29,6 +30,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,9 @@ LINK_BYTES = 1 << 20  # the ping-pong payload that measures a link's bandwidth
 LINK_BUDGET_S = 3.0  # at most this long per link (a slow link gets fewer round trips)
 ALL_REDUCE_ELEMENTS = 1 << 20  # 4 MiB of float32
 PACKAGES = ("accelerate", "transformers")  # their versions, as the code would import them
+XLA_PORT = 12355  # torch_xla's xla:// rendezvous port, where MASTER_PORT does not say another
+METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"  # a TPU VM's own facts
+METADATA_TIMEOUT_S = 5.0
 
 
 def report_path(run_dir: str | Path, name: str) -> Path:
@@ -124,11 +129,13 @@ def accelerators(device: str) -> int | None:
 
         return torch.cuda.device_count()
     if device == "xla":
+        if os.environ.get("PJRT_DEVICE", "TPU") != "TPU":  # XLA on the CPU (a trial anywhere): no chips to count
+            return None
         return len(list(Path("/dev").glob("accel[0-9]*"))) or len(list(Path("/dev/vfio").glob("[0-9]*")))
     return None
 
 
-def local_facts(code: argparse.Namespace) -> dict[str, Any]:
+def local_facts(code: argparse.Namespace, head: str | None) -> dict[str, Any]:
     import torch
 
     cuda = torch.version.cuda or "-"
@@ -139,7 +146,7 @@ def local_facts(code: argparse.Namespace) -> dict[str, Any]:
         except (AttributeError, RuntimeError):
             pass
     named = next((os.environ[name] for name in INTERFACE_VARIABLES if os.environ.get(name)), None)
-    interface, address, problem = interface_toward(os.environ.get("MASTER_ADDR"), named)
+    interface, address, problem = interface_toward(head, named)
     return {"host": socket.gethostname(), "python": platform.python_version(), "torch": torch.__version__,
             "cuda": cuda, "nccl": nccl, **{name: package_version(name) for name in PACKAGES},
             "digest": code_digest(code.script, code.module), "interface": interface, "address": address,
@@ -159,28 +166,86 @@ def _timed(action: Callable[[], object], repeats: int, budget_s: float = float("
     return statistics.median(times)
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Who this process is in the check: its rank among ``world`` and the head it reaches."""
+
+    rank: int
+    world: int
+    per_node: int
+    head: str | None
+    port: int | None
+    backend: str  # the collective measured
+    host: str
+
+
+def identity() -> Identity:
+    """From torch's variables (a rank under torchrun, accelerate launch or a SLURM task); on TPU hosts,
+    which set none of them, one process per host, found as torch_xla finds it (``tpu_workers``), reaching
+    worker 0 at the port of its ``xla://`` rendezvous and measured over gloo (the hosts' own network)."""
+    head, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if head is None and os.environ.get("LAUNCH_DEVICE") == "xla":
+        worker, hosts = tpu_workers()
+        return Identity(rank=worker, world=len(hosts), per_node=1, head=hosts[0] if len(hosts) > 1 else None,
+                        port=int(port or XLA_PORT), backend="gloo", host=f"worker-{worker} ({socket.gethostname()})")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    return Identity(rank=int(os.environ.get("RANK", 0)), world=world,
+                    per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)), head=head,
+                    port=None if port is None else int(port), backend=os.environ.get("LAUNCH_DIST_BACKEND", "gloo"),
+                    host=socket.gethostname())
+
+
+def tpu_workers() -> tuple[int, list[str]]:
+    """This TPU host's worker number and every worker's address, as torch_xla reads them: TPU_WORKER_ID (or
+    CLOUD_TPU_TASK_ID) and TPU_WORKER_HOSTNAMES where TPU_SKIP_MDS_QUERY is set, else the VM's metadata
+    server. OSError or ValueError when neither says."""
+    if os.environ.get("TPU_SKIP_MDS_QUERY"):
+        worker = os.environ.get("CLOUD_TPU_TASK_ID") or os.environ.get("TPU_WORKER_ID")
+        hosts = [host for host in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if host]
+        if worker is None:
+            raise ValueError("TPU_SKIP_MDS_QUERY is set, TPU_WORKER_ID is not")
+    else:
+        import yaml
+
+        worker = str((yaml.safe_load(_metadata("tpu-env")) or {}).get("WORKER_ID"))
+        hosts = [entry.split(":")[2] for entry in _metadata("worker-network-endpoints").split(",") if entry]
+    return int(worker), hosts or ["localhost"]
+
+
+def _metadata(key: str) -> str:
+    from urllib.request import Request, urlopen
+
+    asked = Request(METADATA + key, headers={"Metadata-Flavor": "Google"})
+    with urlopen(asked, timeout=METADATA_TIMEOUT_S) as answer:  # noqa: S310 - the fixed metadata address
+        return str(answer.read().decode())
+
+
 def rank_main(code: argparse.Namespace) -> int:
     """Phases 1-3 for one rank (see the module's docstring); exit status 1 when this rank found a problem."""
     run_dir = os.environ["LAUNCH_RUN_DIR"]
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    report = Report(report_path(run_dir, f"rank-{rank}"), rank=rank, node=rank // per_node, per_node=per_node,
-                    world=world, done=False)
-    facts = local_facts(code)
+    try:
+        me = identity()
+    except (OSError, ValueError) as error:
+        report = Report(report_path(run_dir, f"rank-unknown-{socket.gethostname()}"), rank=-1, node=-1,
+                        host=socket.gethostname(), done=False)
+        report.problem(f"{socket.gethostname()}: cannot tell which TPU worker this is ({error})")
+        return 1
+    rank, world = me.rank, me.world
+    report = Report(report_path(run_dir, f"rank-{rank}"), rank=rank, node=rank // me.per_node,
+                    per_node=me.per_node, world=world, done=False)
+    facts = local_facts(code, me.head)
     problem = facts.pop("interface_problem")
-    report.add(**facts)
+    report.add(**{**facts, "host": me.host})
     if problem:
         report.problem(problem)
         return 1
-    head, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if head is None or port is None:  # hosts the runtime wires itself (TPU): the facts are all there is
+    if me.head is None or me.port is None:  # one host the runtime wires itself (a TPU VM): the facts are all
         report.add(done=True, reach="not measured")
         return 0
-    store = _reach(report, head, int(port), rank=rank, world=world)
+    store = _reach(report, me.head, me.port, rank=rank, world=world)
     if store is None:
         return 1
-    _measure(report, store, rank=rank, world=world, per_node=per_node, run_dir=run_dir)
+    _measure(report, store, rank=rank, world=world, per_node=me.per_node, run_dir=run_dir, backend=me.backend)
     report.add(done=True)
     return 1 if report.facts["problems"] else 0
 
@@ -215,7 +280,7 @@ def _reach(report: Report, head: str, port: int, *, rank: int, world: int) -> An
 
 
 def _measure(report: Report, store: Any, *, rank: int, world: int, per_node: int,  # noqa: ANN401 - a TCPStore
-             run_dir: str) -> None:
+             run_dir: str, backend: str) -> None:
     """Phase 3: the all_reduce every rank joins; then rank 0's ping-pong with each node over gloo (TCP, the
     path the rendezvous takes; an intra-node NVLink would make the head's own node incomparable)."""
     from datetime import timedelta
@@ -223,7 +288,6 @@ def _measure(report: Report, store: Any, *, rank: int, world: int, per_node: int
     import torch
     import torch.distributed as dist
 
-    backend = os.environ.get("LAUNCH_DIST_BACKEND", "gloo")
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))

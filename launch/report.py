@@ -29,7 +29,7 @@ class RunCurves:
     result: dict[str, object] = field(default_factory=dict)
 
 
-def read_run(run_dir: Path) -> RunCurves:
+def read_run(run_dir: Path, *, name: str | None = None) -> RunCurves:
     """A run's curves; a run folder without metrics is an error naming it. A last line still being written
     (no newline yet) is left out; any other line that is not JSON is an error naming the file and line."""
     path = run_dir / METRICS
@@ -55,8 +55,24 @@ def read_run(run_dir: Path) -> RunCurves:
             evals.append((step, float(record["eval_loss"])))
         if record.get("kind") == "eval" and _number(record.get("eval_accuracy")):
             accuracy.append((step, float(record["eval_accuracy"])))
-    return RunCurves(name=run_dir.name, train_loss=tuple(train), eval_loss=tuple(evals),
+    return RunCurves(name=name or run_dir.name, train_loss=tuple(train), eval_loss=tuple(evals),
                      eval_accuracy=tuple(accuracy), result=runs.read_json(run_dir / runs.RESULT) or {})
+
+
+def ranked(curves: list[RunCurves]) -> list[RunCurves]:
+    """Best first, by the final evaluation: the accuracy where the runs report one, else the evaluation loss;
+    runs without it last."""
+    def final(run: RunCurves, key: str, series: tuple[tuple[int, float], ...]) -> float | None:
+        value = run.result.get(key, series[-1][1] if series else None)
+        return float(value) if _number(value) else None  # type: ignore[arg-type]
+
+    if any(final(run, "eval_accuracy", run.eval_accuracy) is not None for run in curves):
+        scores = [final(run, "eval_accuracy", run.eval_accuracy) for run in curves]
+        return [run for _, run in sorted(zip(scores, curves, strict=True), key=lambda pair: (
+            pair[0] is None, -(pair[0] or 0.0)))]
+    scores = [final(run, "eval_loss", run.eval_loss) for run in curves]
+    return [run for _, run in sorted(zip(scores, curves, strict=True), key=lambda pair: (
+        pair[0] is None, pair[0] or 0.0))]
 
 
 def _number(value: object) -> bool:

@@ -105,3 +105,18 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
               "# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
               f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]
     return "\n".join(lines) + "\n"
+
+
+def render_array_script(profile: Profile, *, job_name: str, sweep_dir: str, scripts: list[str], spec: str) -> str:
+    """A job array (``spec``: sbatch's --array value) whose element K runs point K's own batch script in its
+    allocation, as a plain script: the resources asked for here are the same for every point."""
+    lines = ["#!/bin/bash"]
+    for name, value in sbatch_options(profile, job_name=job_name, run_dir=sweep_dir):
+        value = f"{sweep_dir}/logs/slurm-%A_%a.out" if name == "output" else value
+        lines.append(f"#SBATCH --{name}" + ("" if value is None else f"={value}"))
+    lines += [f"#SBATCH --array={spec}", "set -euo pipefail",
+              "# Each element runs its point's own script: its run folder, arguments and rendezvous port.",
+              'case "$SLURM_ARRAY_TASK_ID" in']
+    lines += [f"  {index}) exec bash {shlex.quote(script)} ;;" for index, script in enumerate(scripts)]
+    lines += ['  *) echo "launch: this sweep has no point $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;', "esac"]
+    return "\n".join(lines) + "\n"

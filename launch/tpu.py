@@ -14,8 +14,10 @@ from pathlib import PurePosixPath
 
 from launch.job import RUN_DIR
 from launch.profile import TpuSection
+from launch.snapshot import FOLDER as SNAPSHOT_FOLDER
 
 HOST_RUNS = "runs"  # host run folders live under the project folder on each host, named as the local one
+SNAPSHOT_TAR = f"{SNAPSHOT_FOLDER}.tar"  # the snapshot as it travels to the hosts, beside its copy here
 
 
 def host_run_dir(run_dir: str) -> str:
@@ -48,11 +50,39 @@ def fetch_files(tpu: TpuSection, remote_folder: str, names: Iterable[str], local
     return _gcloud(tpu, "scp", *(f"{tpu.name}:{remote_folder}/{name}" for name in names), local_folder, "--worker=0")
 
 
+def fetch_folders(tpu: TpuSection, remote_folder: str, names: Iterable[str], local_folder: str) -> tuple[str, ...]:
+    """Folders of a run (its rank logs, the check's reports) from every host, merged into ``local_folder``:
+    each host's files in them are its own ranks'."""
+    return _gcloud(tpu, "scp", "--recurse", *(f"{tpu.name}:{remote_folder}/{name}" for name in names), local_folder,
+                   "--worker=all")
+
+
+def ship_snapshot(tpu: TpuSection, run_dir: str, host_folder: str) -> tuple[tuple[str, ...], ...]:
+    """The snapshot's copy in ``run_dir`` here, packed, and copied into the run folder of every host."""
+    packed = str(PurePosixPath(run_dir, SNAPSHOT_TAR))
+    return (("tar", "-cf", packed, "-C", run_dir, SNAPSHOT_FOLDER),
+            gcloud_ssh(tpu, shlex.join(["mkdir", "-p", host_folder])),
+            _gcloud(tpu, "scp", packed, f"{tpu.name}:{host_folder}/{SNAPSHOT_TAR}", "--worker=all"))
+
+
+def _unpack_snapshot(host_run_dir: str) -> str:
+    """The shipped snapshot unpacked into the host's run folder, where it is not already (a resubmitted or
+    continued run keeps the code it started with); hosts sharing the folder never unpack over each other."""
+    code = shlex.quote(f"{host_run_dir}/{SNAPSHOT_FOLDER}")
+    staged = shlex.quote(f"{host_run_dir}/{SNAPSHOT_FOLDER}") + ".$(hostname).$$"
+    packed = shlex.quote(f"{host_run_dir}/{SNAPSHOT_TAR}")
+    return (f"{{ test -d {code} || {{ mkdir -p {staged} && tar -xf {packed} -C {staged} && "
+            f"mv -T -n {staged}/{SNAPSHOT_FOLDER} {code}; rm -rf {staged}; test -d {code}; }}; }}")
+
+
 def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterable[tuple[str, str]],
-                 argv: Iterable[str]) -> str:
-    """Into the project folder; the plan's files written where missing (a resubmitted run keeps its own);
-    then the node's command with the plan's variables, in place of the shell."""
+                 argv: Iterable[str], snapshot_in: str | None = None) -> str:
+    """Into the project folder; the snapshot unpacked into the run folder ``snapshot_in`` when shipped; the
+    plan's files written where missing (a resubmitted run keeps its own); then the node's command with the
+    plan's variables, in place of the shell."""
     steps = [shlex.join(["cd", workdir])]
+    if snapshot_in is not None:
+        steps.append(_unpack_snapshot(snapshot_in))
     for path, text in files:  # as base64: the text, whatever its quotes, crosses ssh and the shell unchanged
         folder = path.rsplit("/", 1)[0] if "/" in path else "."
         encoded = base64.b64encode(text.encode()).decode()

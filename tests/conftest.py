@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -13,6 +14,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300,

@@ -94,6 +94,9 @@ def test_the_verdict_names_the_odd_node_out_and_the_slow_link() -> None:
                                     {"node": 3, "latency_ms": 0.3, "bandwidth_mb_s": 150.0}]})
     assert judge(slow, nodes=4, per_node=1, device="cpu").problems == (
         "d (node 3): its link to the head carries 150 MB/s, over 5x below the median 900 MB/s",)
+    silent = Reports(ranks=(reports.ranks[0], {**rank(1, "b", "1.16.0"), "done": False}), nodes=(), links=None)
+    assert judge(silent, nodes=2, per_node=1, device="cpu").problems == (  # a probe that died without a word
+        "b (node 1): ranks 1 ended before the check finished, without naming a cause (their logs say why)",)
 
 
 # ---- on the test cluster ------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, free_port, run_cli
 from tests.test_local_e2e import _processes_mentioning, _wait_for
 
 pytestmark = pytest.mark.e2e
@@ -167,17 +166,11 @@ def test_workers_do_not_outlive_a_killed_torchrun(tmp_path: Path) -> None:
     assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 10), "workers outlived torchrun"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.parametrize(("module", "rank"), [("train.ddp", 0), ("train.ddp", 1), ("train.accelerated", 1),
                                               ("train.trainer", 1)])
 def test_a_peer_that_never_comes_fails_after_the_rendezvous_timeout(tmp_path: Path, module: str, rank: int) -> None:
     """Rank 0 waiting for a rank that never starts, or rank 1 looking for a head that is not there."""
-    port = _free_port()
+    port = free_port()
     env = {key: value for key, value in os.environ.items() if key not in ("LOCAL_WORLD_SIZE", "GROUP_RANK")}
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                ACCELERATE_USE_CPU="true", LAUNCH_RUN_DIR=str(tmp_path))  # one rank of a job, as launch starts it

@@ -238,3 +238,13 @@ def test_profiles_render_and_accelerate_config_import_no_heavy_library() -> None
              "print('HEAVY', heavy)\n")
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert "HEAVY []" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_train_py_in_the_submitting_folder_is_named_not_run(tmp_path: Path) -> None:
+    """Many projects have their own train.py: where it would stand in for the bundled examples' package, a
+    bundled strategy is refused in one line, without running that file."""
+    (tmp_path / "train.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")
+    done = run_cli("render", "--profile", "local-cpu", "--strategy", "ddp", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"({tmp_path / 'train.py'} stands in for it)" in done.stderr and not (tmp_path / "ran").exists()
+    assert run_cli("render", "--profile", "local-cpu", "--script", "train.py", cwd=tmp_path).returncode == 0

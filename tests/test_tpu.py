@@ -21,8 +21,10 @@ import pytest
 from launch.plan import build_plan
 from launch.profile_loader import BUNDLED_DIR, load_profile
 from launch.render import render_text
+from launch.snapshot import Snapshot
 from launch.tpu import host_run_dir
-from tests.conftest import ROOT, run_cli
+from launch.worker import Target
+from tests.conftest import ROOT, free_port, run_cli
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 STRATEGIES = ("ddp", "accelerate", "trainer")
@@ -30,8 +32,8 @@ WORKERS = 4
 
 GCLOUD = '''#!/usr/bin/env python3
 """STAND-IN for gcloud (Google Cloud is unreachable from the tests): records argv; `tpu-vm ssh --worker=all
---command CMD` runs CMD under bash once per host folder; `tpu-vm scp NAME:PATH... LOCAL --worker=0` copies from
-host 0's folder."""
+--command CMD` runs CMD under bash once per host folder; `tpu-vm scp [--recurse] SOURCE... DESTINATION
+--worker=N|all` copies between here and the chosen hosts' folders."""
 import json, os, shutil, subprocess, sys
 argv = sys.argv[1:]
 with open(os.environ["GCLOUD_RECORD"], "a") as record:
@@ -41,13 +43,23 @@ if argv[:4] == ["compute", "tpus", "tpu-vm", "ssh"]:
     command = argv[argv.index("--command") + 1]
     for host in hosts:
         os.makedirs(host, exist_ok=True)
-    workers = [subprocess.Popen(["bash", "-c", command], cwd=host, env={**os.environ, "HOME": host})
-               for host in hosts]
+    # each host as a TPU VM describes itself to torch_xla (here through its variables, not the metadata server)
+    tpu_vm = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": ",".join(["127.0.0.1"] * len(hosts))}
+    workers = [subprocess.Popen(["bash", "-c", command], cwd=host,
+                                env={**os.environ, **tpu_vm, "TPU_WORKER_ID": str(number), "HOME": host})
+               for number, host in enumerate(hosts)]
     sys.exit(max(worker.wait() for worker in workers))
 if argv[:4] == ["compute", "tpus", "tpu-vm", "scp"]:
-    *sources, destination = [arg for arg in argv[4:argv.index("--worker=0")]]
-    for source in sources:
-        shutil.copy(os.path.join(hosts[0], source.split(":", 1)[1]), destination)
+    worker = next(arg for arg in argv if arg.startswith("--worker="))
+    *sources, destination = [arg for arg in argv[4:argv.index(worker)] if arg != "--recurse"]
+    for host in hosts if worker == "--worker=all" else [hosts[int(worker.split("=")[1])]]:
+        for source in sources:
+            if ":" in destination:  # here -> the host
+                shutil.copy(source, os.path.join(host, destination.split(":", 1)[1]))
+            elif os.path.isdir(path := os.path.join(host, source.split(":", 1)[1])):
+                shutil.copytree(path, os.path.join(destination, os.path.basename(path)), dirs_exist_ok=True)
+            else:
+                shutil.copy(path, destination)
     sys.exit(0)
 sys.exit(f"stand-in gcloud: unexpected {argv}")
 '''
@@ -148,13 +160,16 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
     assert done.returncode == 0, done.stderr
     assert "result: eval_accuracy 0.5" in done.stdout  # host 0's result.json, fetched back
 
-    ssh, scp = _gcloud_calls(tmp_path)
+    ssh, fetch_logs, scp = _gcloud_calls(tmp_path)
     submitted = next(line for line in rendered.stdout.splitlines() if line.startswith("submitted with: "))
     assert ["gcloud", *ssh] == shlex.split(submitted.removeprefix("submitted with: "))  # render shows what runs
     assert ssh[:11] == ["compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone", "us-central2-b",
                         "--project", "my-gcp-project", "--worker=all", "--command"]
     on_hosts = host_run_dir(str(run_dir))
     assert on_hosts.startswith("runs/pod-run-")
+    assert fetch_logs[:7] == ["compute", "tpus", "tpu-vm", "scp", "--recurse", f"my-tpu-v4-32:project/{on_hosts}/logs",
+                              str(run_dir)] and "--worker=all" in fetch_logs  # every host's rank logs, back here
+    assert (run_dir / "logs" / "rank-12.log").read_text() == "log of rank 12 on worker-3\n"
     assert scp[:8] == ["compute", "tpus", "tpu-vm", "scp", f"my-tpu-v4-32:project/{on_hosts}/result.json",
                        f"my-tpu-v4-32:project/{on_hosts}/metrics.jsonl", str(run_dir), "--worker=0"]
     reported = run_cli("report", str(run_dir), "--output", str(tmp_path / "pod.png"), cwd=tmp_path, env=env)
@@ -183,6 +198,41 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
                                                                                               False)
 
 
+def test_pod_runs_the_code_as_submitted_not_each_hosts_checkout(fake_cloud) -> None:  # type: ignore[no-untyped-def]
+    """--script on a pod: the project is copied at submit, shipped to every host's run folder, and every host
+    runs that copy, whatever its own checkout holds; editing the script afterwards changes nothing there."""
+    profile, env, tmp_path = fake_cloud
+    project = tmp_path / "mine"
+    (project / "lib").mkdir(parents=True)
+    (project / "train.py").write_text("print('as submitted')\n")
+    (project / "lib" / "util.py").write_text("X = 1\n")
+    for worker in range(WORKERS):  # each host's own checkout holds an older script
+        (tmp_path / "hosts" / f"worker-{worker}" / "project" / "train.py").write_text("print('old')\n")
+    run_dir = tmp_path / "runs" / "pod-code"
+    args = ("--profile", str(profile), "--script", "train.py", "--run-dir", str(run_dir), "--", "--lr", "1")
+    rendered = run_cli("render", *args, cwd=project, env=env)
+    done = run_cli("submit", *args, cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+
+    first = [shlex.split(line.removeprefix("first, here: ")) for line in rendered.stdout.splitlines()
+             if line.startswith("first, here: ")]
+    calls = [["gcloud", *call] for call in _gcloud_calls(tmp_path)]
+    assert first[0][:2] == ["tar", "-cf"] and calls[:2] == first[1:]  # render shows what runs, in order
+    assert calls[2] == shlex.split(next(line for line in rendered.stdout.splitlines()
+                                        if line.startswith("submitted with: ")).removeprefix("submitted with: "))
+    on_hosts = host_run_dir(str(run_dir))
+    (project / "train.py").write_text("print('edited after submit')\n")
+    for worker in range(WORKERS):
+        host = _host_record(tmp_path, worker)
+        assert host["argv"][-3:] == [f"{on_hosts}/code/train.py", "--lr", "1"]
+        code = tmp_path / "hosts" / f"worker-{worker}" / "project" / on_hosts / "code"
+        assert (code / "train.py").read_text() == "print('as submitted')\n"
+        assert (code / "lib" / "util.py").read_text() == "X = 1\n"
+        assert sorted(path.name for path in code.parent.iterdir() if path.name.startswith("code")) == \
+            ["code", "code.tar"], "no staged copy left behind"
+    assert (run_dir / "code" / "train.py").read_text() == "print('as submitted')\n"  # and the copy here
+
+
 def test_cancel_stops_gcloud_here_and_the_run_on_every_host(fake_cloud) -> None:  # type: ignore[no-untyped-def]
     profile, env, tmp_path = fake_cloud
     run_dir = tmp_path / "runs" / "pod-cancel"
@@ -196,10 +246,12 @@ def test_cancel_stops_gcloud_here_and_the_run_on_every_host(fake_cloud) -> None:
         time.sleep(0.2)
     pids = [_host_record(tmp_path, worker)["pid"] for worker in range(WORKERS)]
     assert run_cli("status", str(run_dir), cwd=tmp_path, env=env).stdout.strip().endswith("running")
+    shown = run_cli("logs", str(run_dir), "--rank", "4", cwd=tmp_path, env=env)  # while it runs: from its host
+    assert (shown.returncode, shown.stdout) == (0, "log of rank 4 on worker-1\n"), shown.stderr
 
     cancelled = run_cli("cancel", str(run_dir), cwd=tmp_path, env=env)
     assert cancelled.returncode == 0, cancelled.stderr
-    stop = _gcloud_calls(tmp_path)[-1]
+    stop = next(call for call in reversed(_gcloud_calls(tmp_path)) if call[3] == "ssh")  # (the logs' fetch may follow)
     assert stop[:11] == ["compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone", "us-central2-b",
                          "--project", "my-gcp-project", "--worker=all", "--command"]
     assert "LAUNCH_RUN_DIR=runs/pod-cancel-" in stop[11] and "kill -TERM" in stop[11]
@@ -228,7 +280,14 @@ def test_the_real_gcloud_parses_our_commands(tmp_path: Path) -> None:
     if shutil.which("gcloud") is None:
         pytest.skip("the Google Cloud CLI is not installed here")
     plan = _tpu_plan("tpu-v4-32", "accelerate")
-    for argv in (plan.job.submit_argv, plan.job.after_argv):
+    code = Target(script="/project/train.py")
+    shipped = build_plan(load_profile("tpu-v4-32"), "ddp", code, run_dir="/runs/r1", python="python3",
+                         workdir="/project", snapshot=Snapshot(root="/project", kind="folder", files=("train.py",),
+                                                               size=1, digest="0" * 64))
+    checked = build_plan(load_profile("tpu-v4-32"), "ddp", code, run_dir="/runs/r1", python="python3",
+                         workdir="/project", check=True)
+    assert shipped.job.before_argv[0][0] == "tar" and checked.job.collect_argv
+    for argv in (plan.job.submit_argv, plan.job.after_argv, *shipped.job.before_argv[1:], checked.job.collect_argv):
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
                               env={**os.environ, "CLOUDSDK_CONFIG": str(tmp_path / "gcloud-config"),
                                    "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"})
@@ -257,3 +316,88 @@ def test_xla_without_torch_xla_is_a_clear_error(tmp_path: Path) -> None:
     direct = subprocess.run([sys.executable, "-m", "train.ddp", "--device", "xla", "--max-steps", "1"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert direct.returncode != 0 and "device xla needs torch_xla" in direct.stderr
+
+
+def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_differs(
+        tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """`check` through gcloud: the real probe on every (stand-in) host, one process each, reaching worker 0 at
+    the xla:// rendezvous port and timing its link; the reports fetched back from every host. Then worker 1's
+    checkout of the script differs, and the verdict names it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gcloud").write_text(GCLOUD)
+    (bin_dir / "gcloud").chmod(0o755)
+    port = free_port()
+    profile = write_profile(f"extends: tpu-v4-32\nnodes: 2\nenv:\n  PJRT_DEVICE: CPU\nrendezvous:\n  port: {port}\n"
+                            f"tpu:\n  workers: 2\n  python: {sys.executable}\n  workdir: project\n", name="pod2.yaml")
+    for worker in range(2):
+        (tmp_path / "hosts" / f"worker-{worker}" / "project").mkdir(parents=True)
+        (tmp_path / "hosts" / f"worker-{worker}" / "project" / "train.py").write_text("print('v1')\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GCLOUD_RECORD": str(tmp_path / "gcloud.jsonl"),
+           "TPU_HOSTS": str(tmp_path / "hosts"), "TPU_WORKERS": "2"}
+
+    def check(name: str) -> subprocess.CompletedProcess[str]:
+        return run_cli("check", "--profile", str(profile), "--script", "train.py", "--run-dir",
+                       str(tmp_path / name), cwd=tmp_path, env=env, timeout=240)
+
+    passed = check("same")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    rows = {line.split()[1]: line for line in passed.stdout.splitlines() if line.startswith(("0 ", "1 "))}
+    assert set(rows) == {"worker-0", "worker-1"}, passed.stdout
+    assert "ok " in rows["worker-1"] and "MB/s" in rows["worker-1"]  # reached the head; its link timed
+    assert "all_reduce of 4 MiB over 2 ranks" in passed.stdout and "check passed" in passed.stdout
+    fetched = sorted(path.name for path in (tmp_path / "same" / "check").iterdir())
+    assert fetched == ["links.json", "rank-0.json", "rank-1.json"]  # from both hosts
+    calls = _gcloud_calls(tmp_path)
+    assert len(calls) == 2 and calls[-1][3:5] == ["scp", "--recurse"] and "--worker=all" in calls[-1]
+
+    (tmp_path / "hosts" / "worker-1" / "project" / "train.py").write_text("print('v2')\n")
+    failed = check("differs")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    verdict = failed.stderr.strip().splitlines()[-1]
+    assert "the code (digest of its entry file) differs between nodes" in verdict, failed.stderr
+    assert verdict.index("worker-1") < verdict.index("worker-0"), verdict  # the odd one out first
+
+
+HOST_WORKER = """#!{python}
+\"\"\"STAND-IN for a TPU host's python starting launch.xla_worker: torch_xla's per-chip launcher needs TPU chips,
+so each host runs the code once, as rank 4 x its worker number, under launch's own worker (the XLA path itself
+runs for real in tests/test_xla.py).\"\"\"
+import os, sys
+args = sys.argv[1:]
+assert args[:2] == ["-m", "launch.xla_worker"], args
+os.environ.update(RANK=str(4 * int(os.environ["TPU_WORKER_ID"])), LOCAL_RANK="0", WORLD_SIZE="8")
+os.execv(sys.executable, [sys.executable, "-m", "launch.worker", *args[2:]])
+"""
+
+
+def test_a_rank_that_fails_on_a_pod_is_named_from_the_logs_fetched_back(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """The first failure on a pod, named as on the other backends (rank, host, error, the end of its log): every
+    host's rank logs and records come back into the run folder here once the job ended."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gcloud").write_text(GCLOUD)
+    (bin_dir / "host-python").write_text(HOST_WORKER.format(python=sys.executable))
+    for name in ("gcloud", "host-python"):
+        (bin_dir / name).chmod(0o755)
+    profile = write_profile(f"extends: tpu-v4-32\nnodes: 2\ntpu:\n  workers: 2\n  python: {bin_dir / 'host-python'}\n"
+                            "  workdir: project\n", name="pod2.yaml")
+    for worker in range(2):
+        (tmp_path / "hosts" / f"worker-{worker}" / "project").mkdir(parents=True)
+    project = tmp_path / "mine"
+    project.mkdir()
+    (project / "train.py").write_text("import os\nrank = int(os.environ['RANK'])\nprint(f'rank {rank} starts')\n"
+                                      "if rank == 4:\n    raise ValueError('bad batch on the second host')\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GCLOUD_RECORD": str(tmp_path / "gcloud.jsonl"),
+           "TPU_HOSTS": str(tmp_path / "hosts"), "TPU_WORKERS": "2"}
+    run_dir = tmp_path / "runs" / "pod-fails"
+    done = run_cli("submit", "--profile", str(profile), "--script", "train.py", "--run-dir", str(run_dir),
+                   cwd=project, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "rank 4 on" in last and "failed first (ValueError: bad batch on the second host)" in last, done.stderr
+    assert "fetched from the TPU hosts" in last and "The end of its log" in done.stderr
+    assert "    ValueError: bad batch on the second host" in done.stderr.splitlines()  # the end of its log
+    assert (run_dir / "logs" / "rank-0.log").read_text().strip().endswith("rank 0 starts")  # both hosts' logs
+    merged = run_cli("logs", str(run_dir), "--all", cwd=project, env=env)
+    assert merged.returncode == 0 and "rank 4 | rank 4 starts" in merged.stdout, merged.stdout + merged.stderr

@@ -304,31 +304,28 @@ def test_a_failing_user_script_on_the_cluster_is_named_within_30_s(slurm_cluster
 
 
 @pytest.mark.e2e
-def test_a_user_script_on_the_runtime_api_survives_preemption_and_its_time_limit(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
-                                                                                 tmp_path: Path) -> None:
-    """A 2-minute limit with USR2 30 s before it (so SLURM signals 90 to 120 s into each allocation), about
-    120 s of work, and a preemption (USR2) early on: every stop checkpoints at a step all ranks agree on, and
-    the requeued job continues from it; the script ends with every step trained exactly once."""
-    profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 30\n"
-                            "  max_timeouts: 10\n")
+def test_a_user_script_on_the_runtime_api_survives_preemption(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """USR2 (submitit's requeue signal, as a preemption or a time limit sends it) early on: the script stops at
+    a step all ranks agree on, and the requeued job continues from it; every step is trained exactly once.
+    (SLURM's own time limit sends the same USR2 in tests/test_slurm_faults.py.)"""
     out, run_dir = tmp_path / "out", tmp_path / "run"
-    steps = 480
-    started = run_cli("submit", "--profile", str(profile), "--script", str(USER_CODE / "resumable.py"), "--run-dir",
-                      str(run_dir), "--detach", "--", str(out), "--steps", str(steps), "--step-seconds", "0.25",
-                      env=slurm_cluster)
+    steps = 160
+    started = run_cli("submit", "--profile", "slurm-local-2x2", "--script", str(USER_CODE / "resumable.py"),
+                      "--run-dir", str(run_dir), "--detach", "--", str(out), "--steps", str(steps),
+                      "--step-seconds", "0.25", env=slurm_cluster)
     assert started.returncode == 0, started.stderr
     job_id = re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
     log = run_dir / "logs" / "rank-0.log"
     assert _wait_for(lambda: (run_dir / "logs" / "rank-3.json").is_file(), 120)
     time.sleep(8)  # the script is past its imports and watches its stop signals
     _slurm(slurm_cluster, "scancel", "--signal=USR2", job_id)
-    assert _wait_for(lambda: (out / "done.json").is_file(), 600), log.read_text()[-3000:]
+    assert _wait_for(lambda: (out / "done.json").is_file(), 300), log.read_text()[-3000:]
     done = json.loads((out / "done.json").read_text())
     assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 4
     stops = re.findall(r"stopped by SIGUSR2 at step (\d+)", log.read_text())
     resumes = re.findall(r"resumed from step (\d+)", log.read_text())
-    assert len(stops) >= 2 and resumes == stops, "preempted once, then at least one time limit, each resumed exactly"
-    assert re.search(r"Restarts=([2-9]|\d\d)", _slurm(slurm_cluster, "scontrol", "show", "job", job_id))
+    assert len(stops) == 1 and resumes == stops, "preempted once, resumed exactly where it stopped"
+    assert "Restarts=1" in _slurm(slurm_cluster, "scontrol", "show", "job", job_id)
     assert _wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, 60)
 
 

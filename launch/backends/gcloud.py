@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path, PurePosixPath
 
-from launch import runs, tpu
+from launch import backends, runs, tpu
 from launch.backends import State, local
 from launch.errors import LaunchError, SubmitError
 from launch.node import NodeCommand
@@ -16,6 +16,7 @@ from launch.plan import GcloudJob, LaunchPlan
 from launch.render import file_lines, node_lines
 
 STOP_TIMEOUT_S = 300
+SHIP_TIMEOUT_S = 1800  # the snapshot onto every host (up to snapshot.LIMIT_BYTES)
 
 
 def preflight() -> None:
@@ -64,6 +65,26 @@ def print_rank_log(state: dict[str, object], rank: int) -> None:
         raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
 
 
+def _run_here(argv: tuple[str, ...]) -> None:
+    """A step before the job; its failure stops the submit, naming the step."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=SHIP_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SubmitError(f"{shlex.join(argv[:6])} ...: failed ({error})") from None
+    if done.returncode:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise SubmitError(f"{shlex.join(argv[:6])} ...: failed (exit status {done.returncode}"
+                          + (f": {said[-1][:300]})" if said else ")"))
+
+
+def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:
+    """The rank that failed first, from the rank records fetched back from the hosts; else what gcloud said."""
+    if runs.first_failure(run_dir) is not None:
+        return f"{runs.failure_message(run_dir, status)} (fetched from the TPU hosts)"
+    return (f"the job failed on the TPU hosts (gcloud's exit status {status}; after a dropped connection they may "
+            f"still run: python -m launch cancel {run_dir}); rank logs: {job.host_folder}/{runs.LOGS} on each TPU host")
+
+
 def _job(plan: LaunchPlan) -> GcloudJob:
     assert isinstance(plan.job, GcloudJob)  # noqa: S101 - the gcloud backend's job
     return plan.job
@@ -84,16 +105,18 @@ class GcloudBackend:
 
     name = "gcloud"
     own_hosts = True
-    snapshots = False  # the hosts run their own copy of the project (shipping a snapshot there: not yet)
+    snapshots = True
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)
+        first = [f"first, here: {shlex.join(argv)}" for argv in job.before_argv]
         return [f"on hosts:  {job.host_run_dir} in {job.node.cwd} on every TPU host (rank logs, checkpoints, "
                 "result); here: the plan and the gcloud output",
                 *node_lines(job.node, "every TPU host, the same command, through gcloud", plan.profile.secrets),
-                *file_lines(job.host_files, " (on every host)"), "",
+                *file_lines(job.host_files, " (on every host)"), "", *first, *([""] if first else []),
                 f"submitted with: {shlex.join(job.submit_argv)}", "",
-                f"then, once it succeeded: {shlex.join(job.after_argv)}"]
+                *([f"then, however it ended: {shlex.join(job.collect_argv)}"] if job.collect_argv else []),
+                *([f"then, once it succeeded: {shlex.join(job.after_argv)}"] if job.after_argv else [])]
 
     def preflight(self, plan: LaunchPlan) -> None:
         preflight()
@@ -102,13 +125,13 @@ class GcloudBackend:
         """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped
         here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
         job, record, run_dir = _job(plan), _record(plan), Path(plan.run_dir)
+        for argv in job.before_argv:  # the snapshot, onto every host
+            _run_here(argv)
         return local.execute_here(
-            plan, _gcloud_node(plan), detach=detach, record=record, then=job.after_argv,
+            plan, _gcloud_node(plan), detach=detach, record=record, then=job.after_argv, collect=job.collect_argv,
             follow=f"status {shlex.quote(str(run_dir))}", logs=f"{job.host_folder}/{runs.LOGS} on each TPU host",
             on_cancel=lambda: _stop_or_warn(record),
-            failure=lambda status: f"the job failed on the TPU hosts (gcloud's exit status {status}; after a dropped "
-                                   f"connection they may still run: python -m launch cancel {run_dir}); rank logs: "
-                                   f"{job.host_folder}/{runs.LOGS} on each TPU host")
+            failure=lambda status: _failure(run_dir, job, status))
 
     def status(self, run_dir: Path, state: State) -> State:
         return local.current_status(run_dir, state)
@@ -117,6 +140,10 @@ class GcloudBackend:
         return cancel(run_dir, state)
 
     def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
+        ended = not backends.is_active(self.status(run_dir, state))
+        if ended and not follow and any((run_dir / runs.LOGS).glob("rank-*.log")):
+            backends.print_logs_here(run_dir, rank=rank, follow=False)  # fetched from every host at the end
+            return
         if rank is None:
             raise LaunchError(f"logs --all: {run_dir} runs on TPU hosts, whose logs are read through gcloud one "
                               "rank at a time", "give --rank N")

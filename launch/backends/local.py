@@ -64,9 +64,10 @@ class Outcome:
 
 
 def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | None = None,
-             then: tuple[str, ...] = ()) -> Outcome:
+             then: tuple[str, ...] = (), collect: tuple[str, ...] = ()) -> Outcome:
     """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP; record how it ended (with
-    ``record``'s fields in the run's state). ``then`` runs after a success (its failure is only reported)."""
+    ``record``'s fields in the run's state). ``collect`` runs once it ended, however, before the end is
+    recorded; ``then`` after a success (the failure of either is only reported)."""
     env = {**os.environ, **dict(node.env)}
     me = {"launcher_pid": os.getpid(), "launcher_started": process_started(os.getpid()), **(record or {})}
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
@@ -83,6 +84,8 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _stop_stragglers(run_dir)
+    if collect:
+        _run_then(collect, node.cwd)
     runs.close_rank_records(run_dir, cancelled=outcome.cancelled)
     status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
@@ -92,7 +95,7 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
 
 
 def _run_then(argv: tuple[str, ...], cwd: str) -> None:
-    """A step after the job's success (fetching its result); its failure is reported, not the job's."""
+    """A step after the job (fetching its result); its failure is reported, not the job's."""
     try:
         done = subprocess.run(list(argv), cwd=cwd, check=False, timeout=THEN_TIMEOUT_S)
         problem = f"exit status {done.returncode}" if done.returncode else ""
@@ -103,7 +106,7 @@ def _run_then(argv: tuple[str, ...], cwd: str) -> None:
 
 
 def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record: dict[str, object] | None = None,
-                   then: tuple[str, ...] = ()) -> int:
+                   then: tuple[str, ...] = (), collect: tuple[str, ...] = ()) -> int:
     """Start a launcher process in its own session that runs the plan's node (or ``node``) as ``run_node``
     does; return its pid. The node travels on the launcher's stdin, so no value of it (secrets included) is
     written to disk.
@@ -115,7 +118,8 @@ def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record:
                                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     cwd=node.cwd, start_new_session=True)
     assert launcher.stdin is not None  # noqa: S101 - stdin=PIPE above
-    launcher.stdin.write(json.dumps({"node": _node_to_json(node), "record": record, "then": then}).encode())
+    launcher.stdin.write(json.dumps({"node": _node_to_json(node), "record": record, "then": then,
+                                          "collect": collect}).encode())
     launcher.stdin.close()
     return launcher.pid
 
@@ -219,21 +223,21 @@ def _node_from_json(data: dict[str, object]) -> NodeCommand:
 def _detached_main(run_dir: str) -> int:
     given = json.loads(sys.stdin.read())
     return run_node(Path(run_dir), _node_from_json(given["node"]), record=given["record"],
-                    then=tuple(given["then"])).exit_code
+                    then=tuple(given["then"]), collect=tuple(given["collect"])).exit_code
 
 
 def execute_here(plan: LaunchPlan, node: NodeCommand, *, detach: bool, follow: str, logs: str,
                  failure: Callable[[int], str], record: dict[str, object] | None = None, then: tuple[str, ...] = (),
-                 on_cancel: Callable[[], None] = lambda: None) -> int:
+                 collect: tuple[str, ...] = (), on_cancel: Callable[[], None] = lambda: None) -> int:
     """``node`` run from here, in the foreground to its end (its failure one line, ``failure(status)``) or
     detached (``follow``: the launch command that follows it)."""
     run_dir = Path(plan.run_dir)
     print(f"run dir: {run_dir}", flush=True)
     if detach:
-        launcher_pid = start_detached(plan, node, record=record, then=then)
+        launcher_pid = start_detached(plan, node, record=record, then=then, collect=collect)
         print(f"started in the background (launcher pid {launcher_pid}); follow it with: python -m launch {follow}")
         return 0
-    outcome = run_node(run_dir, node, record=record, then=then)
+    outcome = run_node(run_dir, node, record=record, then=then, collect=collect)
     if outcome.cancelled:
         on_cancel()
         raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)

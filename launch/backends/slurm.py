@@ -12,8 +12,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launch import runs
 from launch.backends import State
@@ -22,59 +23,42 @@ from launch.layout import REQUEUED
 from launch.plan import LaunchPlan, SbatchJob
 from launch.render import env_lines, file_lines, node_lines
 from launch.secrets import looks_secret
+from launch.slurm_state import JobState, job_state
 from launch.submitit_job import SubmititJob
+
+if TYPE_CHECKING:
+    from launch.bootstrap import Bootstrap
+    from launch.sweep import SweepPlan
 
 POLL_S = 1.0
 ENDED_GRACE_S = 20.0  # every rank has ended this long ago and SLURM still says RUNNING: launch ends the job
-_FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                 "BOOT_FAIL", "DEADLINE"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobState:
-    state: str  # SLURM's JobState: PENDING, RUNNING, COMPLETED, ...; UNKNOWN once SLURM forgot the job
-    exit_code: int | None = None
-    nodes: str = ""
-    reason: str = ""
-    requeues: bool = False  # SLURM puts it back in the queue after preemption or a node failure
-    restarts: int = 0  # times SLURM has requeued it
-    preempted: bool = False  # SLURM preempted it (for a job in a higher-priority partition)
-    started: float | None = None  # when this allocation started (seconds since the epoch)
-    partition: str = ""
-
-    @property
-    def requeueing(self) -> bool:
-        """Preempted or its node failed, and about to be pending again: the job checkpointed and continues."""
-        return self.state in ("PREEMPTED", "NODE_FAIL") and self.requeues
-
-    @property
-    def finished(self) -> bool:
-        return not self.requeueing and (self.state in _FINAL_STATES or self.state == "UNKNOWN")
-
-
 
 
 def _secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
     return {name: value for name, value in env if looks_secret(name, marked)}
 
 
-def _submit_submitit(plan: LaunchPlan) -> str:
-    import submitit
-
+def _bootstrap(plan: LaunchPlan) -> Bootstrap:
+    """What each task of the plan's job runs, as pickled to disk: without the secrets."""
     from launch.bootstrap import Bootstrap
 
     spec = plan.job
     assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
-    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout)
-    executor.update_parameters(**dict(spec.parameters))
-    marked = plan.profile.secrets
-    public = tuple((name, value) for name, value in spec.env if not looks_secret(name, marked))  # pickled to disk
-    task = Bootstrap(code=spec.code, env=public, workdir=spec.workdir, port=spec.port)
+    public = tuple((name, value) for name, value in spec.env if not looks_secret(name, plan.profile.secrets))
+    return Bootstrap(code=spec.code, env=public, workdir=spec.workdir, port=spec.port)
+
+
+@contextmanager
+def _submitting(plan: LaunchPlan) -> Iterator[None]:
+    """Around submitit's sbatch call: the secrets in this process's environment (sbatch hands them to the job;
+    they are never pickled), sbatch's refusal as one line."""
+    spec = plan.job
+    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     previous = dict(os.environ)
-    os.environ.update(_secrets(spec.env, marked))
+    os.environ.update(_secrets(spec.env, plan.profile.secrets))
     try:
         with _quiet_stderr():
-            return str(executor.submit(task).job_id)
+            yield
     except FileNotFoundError:
         raise SubmitError("sbatch: not found on this machine", "run submit where SLURM's commands are") from None
     except Exception as error:  # submitit raises FailedJobError with sbatch's stderr as its message
@@ -82,6 +66,46 @@ def _submit_submitit(plan: LaunchPlan) -> str:
     finally:
         os.environ.clear()
         os.environ.update(previous)
+
+
+def _submit_submitit(plan: LaunchPlan) -> str:
+    import submitit
+
+    spec = plan.job
+    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
+    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout)
+    executor.update_parameters(**dict(spec.parameters))
+    task = _bootstrap(plan)
+    with _submitting(plan):
+        return str(executor.submit(task).job_id)
+
+
+def _submit_submitit_array(sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+    """The points ``indices`` as one job array (submitit's batch); each point's element id."""
+    import submitit
+
+    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+    first = sweep.plans[indices[0]]
+    spec = first.job
+    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
+    executor = submitit.SlurmExecutor(folder=sweep.array.folder, max_num_timeout=spec.max_num_timeout)
+    executor.update_parameters(**dict(sweep.array.parameters))
+    tasks = [_bootstrap(sweep.plans[index]) for index in indices]
+    with _submitting(first):
+        with executor.batch():
+            jobs = [executor.submit(task) for task in tasks]
+    return {index: str(job.job_id) for index, job in zip(indices, jobs, strict=True)}
+
+
+def _submit_script_array(sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+    """The points ``indices`` as one job array of the sweep's array script; each point's element id."""
+    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+    first = sweep.plans[indices[0]]
+    job = first.job
+    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
+    array_id = _sbatch(sweep.array.submit_argv(indices, sweep.max_parallel), cwd=job.node.cwd,
+                       secrets=_secrets(job.node.env, first.profile.secrets))
+    return {index: f"{array_id}_{index}" for index in indices}
 
 
 @contextmanager
@@ -101,10 +125,14 @@ def _quiet_stderr() -> Iterator[None]:
 def _submit_script(plan: LaunchPlan) -> str:
     job = plan.job
     assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
-    secrets = _secrets(job.node.env, plan.profile.secrets)
+    return _sbatch(job.submit_argv, cwd=job.node.cwd, secrets=_secrets(job.node.env, plan.profile.secrets))
+
+
+def _sbatch(argv: tuple[str, ...], *, cwd: str, secrets: dict[str, str]) -> str:
+    """sbatch's job id for ``argv`` (``--parsable``); its refusal as one line."""
     try:
-        done = subprocess.run(list(job.submit_argv), capture_output=True, text=True, cwd=job.node.cwd,
-                              env={**os.environ, **secrets}, timeout=120)
+        done = subprocess.run(list(argv), capture_output=True, text=True, cwd=cwd, env={**os.environ, **secrets},
+                              timeout=120)
     except FileNotFoundError:
         raise SubmitError("sbatch: not found on this machine", "run submit where SLURM's commands are") from None
     if done.returncode != 0:
@@ -122,29 +150,6 @@ def _sbatch_reason(text: str) -> str:
         return errors[0].strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else "no reason given"
-
-
-def job_state(job_id: str) -> JobState:
-    """The job as scontrol sees it (SLURM keeps finished jobs for MinJobAge seconds)."""
-    done = subprocess.run(["scontrol", "show", "job", job_id, "--oneliner"], capture_output=True, text=True,
-                          timeout=60)
-    if done.returncode != 0:
-        return JobState(state="UNKNOWN")
-    fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
-    exit_code = fields.get("ExitCode", "")
-    code, _, signal = exit_code.partition(":")
-    status = int(code) if code.isdigit() else None
-    if status == 0 and signal.isdigit() and int(signal):
-        status = 128 + int(signal)
-    restarts = fields.get("Restarts", "0")
-    try:
-        started: float | None = time.mktime(time.strptime(fields.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        started = None
-    return JobState(started=started, partition=fields.get("Partition", ""), state=fields.get("JobState", "UNKNOWN"), exit_code=status, nodes=fields.get("NodeList", ""),
-                    reason=fields.get("Reason", ""), requeues=fields.get("Requeue") == "1",
-                    restarts=int(restarts) if restarts.isdigit() else 0,
-                    preempted=fields.get("PreemptTime", "None") not in ("None", "Unknown", ""))
 
 
 # What a pending job waits for, in words (SLURM's reason codes; others are shown as SLURM says them).
@@ -254,8 +259,10 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     """A job SLURM lists as running after every rank of this allocation has ended (a task's exit never reached
     srun: a node cut off from the others) is ended here, ENDED_GRACE_S after the last rank, and recorded as
     what its ranks say it was; the state recorded, or None while the job is not stuck."""
+    if current.state != "RUNNING" or current.started is None:
+        return None
     world = (runs.read_json(run_dir / runs.STATE) or {}).get("world_size")
-    if current.state != "RUNNING" or current.started is None or not isinstance(world, int):
+    if not isinstance(world, int):
         return None
     notes = [note for note in runs.rank_notes(run_dir) if note.get("time", 0.0) >= current.started - 1]
     if len(notes) < world or any(note.get("status") == "running" for note in notes):
@@ -316,10 +323,14 @@ class SlurmBackend:
     snapshots = True
 
     def __init__(self, name: str, submit_job: Callable[[LaunchPlan], str],
-                 render_job: Callable[[LaunchPlan], list[str]]) -> None:
+                 render_job: Callable[[LaunchPlan], list[str]],
+                 submit_array: Callable[[SweepPlan, tuple[int, ...]], dict[int, str]],
+                 render_array: Callable[[SweepPlan], list[str]]) -> None:
         self.name = name
         self._submit = submit_job
         self._render = render_job
+        self.submit_array = submit_array  # a sweep's points as one job array: each point's element id
+        self.render_array = render_array
 
     def render(self, plan: LaunchPlan) -> list[str]:
         return self._render(plan)
@@ -401,5 +412,20 @@ def _render_submitit(plan: LaunchPlan) -> list[str]:
     return out
 
 
-SUBMITIT = SlurmBackend("submitit", _submit_submitit, _render_submitit)
-SBATCH = SlurmBackend("sbatch", _submit_script, _render_sbatch)
+def _render_submitit_array(sweep: SweepPlan) -> list[str]:
+    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+    return [f"one job array of {len(sweep.points)} elements, at most {sweep.max_parallel} running at once (submitit's "
+            f"batch); element K runs point K's plan (below: point 0's); folder {sweep.array.folder}",
+            "  executor parameters: " + ", ".join(f"{key}={value!r}" for key, value in sweep.array.parameters)]
+
+
+def _render_sbatch_array(sweep: SweepPlan) -> list[str]:
+    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+    argv = sweep.array.submit_argv(tuple(range(len(sweep.points))), sweep.max_parallel)
+    return [f"one job array of {len(sweep.points)} elements, at most {sweep.max_parallel} running at once; element K "
+            f"runs point K's own job.sbatch (below: point 0's)", f"  submitted with: {shlex.join(argv)}",
+            *file_lines(sweep.array.files)]
+
+
+SUBMITIT = SlurmBackend("submitit", _submit_submitit, _render_submitit, _submit_submitit_array, _render_submitit_array)
+SBATCH = SlurmBackend("sbatch", _submit_script, _render_sbatch, _submit_script_array, _render_sbatch_array)

@@ -1,0 +1,161 @@
+"""Sweeps: one plan run once per point of a grid, each point a whole run (all nodes, all processes) in its own
+run folder under one sweep folder. ``build_sweep`` is pure: the points' plans, and on SLURM the job array
+that runs them (``ArrayJob``); ``sweep.json`` in the sweep folder records what was submitted, so that
+``status``, ``report`` and ``sweep retry`` find every point again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePath
+from typing import Any
+
+from launch import sbatch
+from launch.grid import Grid, Point
+from launch.layout import read_json, write_json_atomic
+from launch.node import PlanFile
+from launch.plan import LaunchPlan, backend_for, build_plan
+from launch.profile import Profile
+from launch.snapshot import Snapshot
+from launch.worker import Target
+
+RECORD = "sweep.json"
+ARRAY_SCRIPT = "array.sbatch"
+SUBMITIT = "submitit"  # the submitit launcher's folder for the whole array, in the sweep folder
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArrayJob:
+    """One SLURM job array whose element K runs point K's plan."""
+
+    files: tuple[PlanFile, ...] = ()  # written into the sweep folder before it is submitted
+    script: str = ""  # the sbatch launcher's array script
+    parameters: tuple[tuple[str, object], ...] = ()  # the submitit launcher's executor, for the whole array
+    folder: str = ""  # the submitit launcher's folder
+
+    def submit_argv(self, indices: tuple[int, ...], max_parallel: int) -> tuple[str, ...]:
+        """sbatch's command for the elements ``indices`` (the sbatch launcher)."""
+        return ("sbatch", "--parsable", f"--array={array_spec(indices, max_parallel)}", self.script)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepPlan:
+    folder: str
+    grid: Grid
+    points: tuple[Point, ...]
+    plans: tuple[LaunchPlan, ...]  # one per point, in the points' order
+    max_parallel: int  # points running at once
+    backend: str
+    array: ArrayJob | None  # SLURM: the job array; elsewhere the points run from here
+    inputs: dict[str, Any]  # what built it, recorded so that `sweep retry` builds the same plans again
+
+    @property
+    def profile(self) -> Profile:
+        return self.plans[0].profile
+
+
+def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common: tuple[str, ...], grid: Grid,
+                folder: str, python: str, workdir: str, launcher: str, max_parallel: int | None,
+                snapshot: Snapshot | None = None) -> SweepPlan:
+    """Every point's plan: ``code`` (the strategy's example when None) with ``common`` then the point's
+    arguments, in ``folder``/``point.folder_name()``. A profile's fixed rendezvous port is shifted by the
+    point's number, so that points sharing a head node never share a port."""
+    points = grid.points()
+    backend = backend_for(profile, launcher)
+    plans = []
+    for point in points:
+        args = (*common, *point.args())
+        port = profile.rendezvous.port
+        at = profile if port is None else replace(profile, rendezvous=replace(profile.rendezvous, port=port + point.index))
+        plans.append(build_plan(at, strategy, None if code is None else replace(code, args=args), args=args,
+                                run_dir=str(PurePath(folder, point.folder_name())), python=python, workdir=workdir,
+                                launcher=launcher, snapshot=snapshot))
+    parallel = len(points) if max_parallel is None else max(1, min(max_parallel, len(points)))
+    inputs = {"profile": str(profile.source), "strategy": strategy, "script": code and code.script,
+              "module": code and code.module, "common": list(common),
+              "grid": [[key, list(values)] for key, values in grid.axes], "launcher": launcher,
+              "max_parallel": max_parallel, "workdir": workdir, "python": python,
+              "snapshot": None if snapshot is None else snapshot_record(snapshot)}
+    return SweepPlan(folder=folder, grid=grid, points=points, plans=tuple(plans), max_parallel=parallel,
+                     backend=backend, array=_ARRAYS[backend](plans, folder, parallel) if backend in _ARRAYS else None,
+                     inputs=inputs)
+
+
+def _sbatch_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
+    script = str(PurePath(folder, ARRAY_SCRIPT))
+    first = plans[0]
+    text = sbatch.render_array_script(first.profile, job_name=f"{first.profile.name}-sweep", sweep_dir=folder,
+                                      scripts=[_point_script(plan) for plan in plans],
+                                      spec=array_spec(tuple(range(len(plans))), parallel))
+    return ArrayJob(files=(PlanFile(path=script, text=text, executable=True),), script=script)
+
+
+def _point_script(plan: LaunchPlan) -> str:
+    return next(file.path for file in plan.files if file.path.endswith("job.sbatch"))
+
+
+def _submitit_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
+    parameters = dict(getattr(plans[0].job, "parameters"))
+    parameters["job_name"] = f"{plans[0].profile.name}-sweep"
+    parameters["array_parallelism"] = parallel
+    return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePath(folder, SUBMITIT)))
+
+
+_ARRAYS = {"sbatch": _sbatch_array, "submitit": _submitit_array}
+
+
+def array_spec(indices: tuple[int, ...], max_parallel: int) -> str:
+    """sbatch's --array value: ``0-3%2``, ``1,5-6%2``."""
+    ranges: list[str] = []
+    for index in sorted(indices):
+        if ranges and ranges[-1].split("-")[-1] == str(index - 1):
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{index}"
+        else:
+            ranges.append(str(index))
+    return ",".join(ranges) + f"%{max_parallel}"
+
+
+def snapshot_record(taken: Snapshot) -> dict[str, Any]:
+    return {"root": taken.root, "kind": taken.kind, "files": list(taken.files), "size": taken.size,
+            "digest": taken.digest}
+
+
+def snapshot_from(record: dict[str, Any] | None) -> Snapshot | None:
+    if record is None:
+        return None
+    return Snapshot(root=record["root"], kind=record["kind"], files=tuple(record["files"]), size=record["size"],
+                    digest=record["digest"])
+
+
+def is_sweep(folder: Path) -> bool:
+    return (folder / RECORD).is_file()
+
+
+def record(sweep: SweepPlan) -> dict[str, Any]:
+    return {"inputs": sweep.inputs, "backend": sweep.backend, "max_parallel": sweep.max_parallel,
+            "points": [{"index": point.index, "values": dict(point.values), "run_dir": plan.run_dir}
+                       for point, plan in zip(sweep.points, sweep.plans, strict=True)],
+            "submissions": []}
+
+
+def read_record(folder: Path) -> dict[str, Any]:
+    return read_json(folder / RECORD) or {}
+
+
+def add_submission(folder: Path, entry: dict[str, Any]) -> None:
+    """One more submission (the first, or a retry) in the sweep's record."""
+    recorded = read_record(folder)
+    recorded.setdefault("submissions", []).append(entry)
+    write_json_atomic(folder / RECORD, recorded)
+
+
+def point_folders(folder: Path) -> list[tuple[int, str, Path]]:
+    """(index, its values in words, its run folder) of every point of the sweep in ``folder``."""
+    return [(int(point["index"]), " ".join(f"{key}={value}" for key, value in point["values"].items()),
+             Path(point["run_dir"])) for point in read_record(folder).get("points", [])]
+
+
+def local_parallelism(wanted: int, world_size: int) -> int:
+    """Points at once on this machine: as many as asked, while each still gets a core per process."""
+    return max(1, min(wanted, (os.cpu_count() or 1) // max(1, world_size)))
