@@ -6,9 +6,10 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import yaml
@@ -18,9 +19,11 @@ from launch.code_checks import check_code, check_example_args
 from launch.errors import LaunchError, SubmitError, WorkerFailure
 from launch import snapshot
 from launch.plan import LAUNCHERS, LaunchPlan, backend_for, build_plan
+from launch.profile import Profile
 from launch.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
 from launch.render import render_text
-from launch.strategies import STRATEGIES, get_strategy
+from launch.snapshot import Snapshot
+from launch.strategies import STRATEGIES, Strategy, get_strategy
 from launch.worker import Target
 
 if TYPE_CHECKING:
@@ -65,10 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
                              help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
                                   "batch script whose task per node runs torchrun / accelerate launch)")
-        if name != "check":
-            command.add_argument("--no-snapshot", action="store_true",
-                                 help="SLURM: run the live files, not the copy of your script's project that is "
-                                      "otherwise taken at submit (the git work tree, or the script's folder)")
+        command.add_argument("--no-snapshot", action="store_true",
+                             help="SLURM and TPU hosts: run the live files, not the copy of your script's project "
+                                  "that is otherwise taken at submit (the git work tree, or the script's folder)")
         command.add_argument("--max-restarts", type=int, default=0, metavar="N",
                              help="local profiles: restart the workers up to N times after a failure (torchrun's "
                                   "elastic restarts); they continue from the last checkpoint")
@@ -160,33 +162,65 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> LaunchPlan:
-    """The plan of ``render`` and ``submit``; every refusal comes before a run folder is made."""
+@dataclass(frozen=True)
+class _Chosen:
+    """What render, submit, check and sweep share: the profile, strategy and code, the backend they pick, and
+    the snapshot of the code the job will run (where the backend takes one)."""
+
+    profile: Profile
+    strategy: Strategy
+    code: Target | None  # None: the strategy's bundled example
+    backend: Backend
+    snapshot: Snapshot | None
+
+
+def _choose(args: argparse.Namespace, example_args: Sequence[tuple[str, tuple[str, ...]]]) -> _Chosen:
+    """Every refusal about the code, before anything is made: the bundled example's parser on each of
+    ``example_args`` (a label for the error, the arguments), or the user's script or module found; then the
+    snapshot taken."""
     from launch import backends
 
     profile = load_profile(args.profile)
     strategy = get_strategy(args.strategy)
-    code = None if args.script is None and args.module is None else \
-        Target(script=args.script, module=args.module, args=tuple(code_args))
-    if args.run_dir is not None and (not args.run_dir or any(ord(ch) < 32 or ch == "\x7f" for ch in args.run_dir)):
-        raise LaunchError(f"--run-dir {args.run_dir!r}: must be a non-empty path without control characters")
-    if for_submit and args.resume and args.run_dir is None:
-        raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
-
+    code = None if args.script is None and args.module is None else Target(script=args.script, module=args.module)
+    _check_run_dir(args.run_dir)
     backend = backends.get(backend_for(profile, args.launcher))
     if code is None:
-        check_example_args(strategy, tuple(code_args))
+        for label, given in example_args:
+            try:
+                check_example_args(strategy, given)
+            except LaunchError as error:
+                raise LaunchError(f"{label}{error}") from None
     elif not backend.own_hosts:
         check_code(code, python=sys.executable, workdir=str(Path.cwd()))
     taken = None
-    if code is not None and backend.snapshots and not getattr(args, "no_snapshot", False):
+    if code is not None and backend.snapshots and not args.no_snapshot:
         excluded = (RUNS, *((args.run_dir,) if args.run_dir is not None else ()))  # run folders are not code
         taken = snapshot.take(code.script, code.module, str(Path.cwd()), excluded=excluded)
+    return _Chosen(profile=profile, strategy=strategy, code=code, backend=backend, snapshot=taken)
+
+
+def _check_run_dir(given: str | None) -> None:
+    if given is None:
+        return
+    if not given or any(ord(ch) < 32 or ch == "\x7f" for ch in given):
+        raise LaunchError(f"--run-dir {given!r}: must be a non-empty path without control characters")
+    if Path(given).exists() and not Path(given).is_dir():
+        raise LaunchError(f"--run-dir {given}: is a file", "give a folder that does not exist yet")
+
+
+def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> LaunchPlan:
+    """The plan of ``render`` and ``submit``; every refusal comes before a run folder is made."""
+    if for_submit and args.resume and args.run_dir is None:
+        raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
+    chosen = _choose(args, [("", tuple(code_args))])
+    profile, strategy = chosen.profile, chosen.strategy
+    code = None if chosen.code is None else replace(chosen.code, args=tuple(code_args))
 
     def plan_in(run_dir: Path) -> LaunchPlan:
         return build_plan(profile, strategy.name, code, args=tuple(code_args), run_dir=str(run_dir.absolute()),
                           python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
-                          max_restarts=args.max_restarts, snapshot=taken)
+                          max_restarts=args.max_restarts, snapshot=chosen.snapshot)
 
     placeholder = plan_in(Path(args.run_dir) if args.run_dir is not None else
                           Path(RUNS) / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
@@ -217,49 +251,36 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
 
 def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> SweepPlan:
     """The plan of ``sweep`` (and ``render --grid``); every refusal comes before anything is made."""
-    from launch import backends, sweep
+    from launch import sweep
     from launch.grid import parse_grid
 
     grid = parse_grid(args.grid or [], args.grid_file or [])
-    profile = load_profile(args.profile)
-    strategy = get_strategy(args.strategy)
-    code = None if args.script is None and args.module is None else Target(script=args.script, module=args.module)
     if args.max_parallel is not None and args.max_parallel < 1:
         raise LaunchError(f"--max-parallel {args.max_parallel}: must be 1 or more")
     if args.max_restarts:
         raise LaunchError("--max-restarts: not for a sweep", "each point continues from its checkpoint on `sweep retry`")
-    backend = backends.get(backend_for(profile, args.launcher))
-    if code is None:
-        for point in grid.points():
-            try:
-                check_example_args(strategy, (*code_args, *point.args()))
-            except LaunchError as error:
-                raise LaunchError(f"--grid: point {point.index} ({point.describe()}): {error}") from None
-    elif not backend.own_hosts:
-        check_code(code, python=sys.executable, workdir=str(Path.cwd()))
-    taken = None
-    if code is not None and backend.snapshots and not args.no_snapshot:
-        excluded = (RUNS, *((args.run_dir,) if args.run_dir is not None else ()))
-        taken = snapshot.take(code.script, code.module, str(Path.cwd()), excluded=excluded)
+    chosen = _choose(args, [(f"--grid: point {point.index} ({point.describe()}): ", (*code_args, *point.args()))
+                            for point in grid.points()])
+    profile = chosen.profile
     parallel = args.max_parallel
-    if not hasattr(backend, "submit_array"):  # here: one at a time unless asked, and never past the cores
-        parallel = sweep.local_parallelism(parallel or 1, profile.world_size)
+    if not hasattr(chosen.backend, "submit_array"):  # here: one at a time unless asked, never past the cores
+        parallel = sweep.local_parallelism(parallel or 1, profile, own_hosts=chosen.backend.own_hosts)
         if for_submit and args.max_parallel and parallel < args.max_parallel:
-            print(f"--max-parallel {args.max_parallel}: {parallel} at a time here ({os.cpu_count()} cores, "
-                  f"{profile.world_size} processes a point)")
-    name = f"{_run_name(strategy.name, code)}-sweep"
+            print(f"--max-parallel {args.max_parallel}: {parallel} at a time here ({sweep.why_fewer(profile)})")
+    name = f"{_run_name(chosen.strategy.name, chosen.code)}-sweep"
     folder = Path(args.run_dir) if args.run_dir is not None else \
         runs.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()) if for_submit else \
         Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
-    return sweep.build_sweep(profile, strategy.name, code, common=tuple(code_args), grid=grid,
+    return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=tuple(code_args), grid=grid,
                              folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
-                             launcher=args.launcher, max_parallel=parallel, snapshot=taken)
+                             launcher=args.launcher, max_parallel=parallel, snapshot=chosen.snapshot)
 
 
 def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
     from launch import sweep_runner
 
-    if args.run_dir is not None and Path(args.run_dir).exists() and any(Path(args.run_dir).iterdir()):
+    _check_run_dir(args.run_dir)
+    if args.run_dir is not None and Path(args.run_dir).is_dir() and any(Path(args.run_dir).iterdir()):
         raise LaunchError(f"--run-dir {args.run_dir}: already holds something; a sweep starts in a new folder",
                           f"to run its failed points again: python -m launch sweep retry {args.run_dir} --failed")
     plan = _sweep_plan(args, code_args, for_submit=True)
@@ -282,28 +303,35 @@ def _preflight_sweep(plan: SweepPlan) -> None:
 
     first = plan.plans[0]
     backend = backends.get(first.job.backend)
-    missing = [name for name in first.profile.secrets if name not in os.environ]
-    if missing and not backend.own_hosts:
-        raise SubmitError(f"{first.profile.source}: secrets: {', '.join(missing)} not set in this environment",
-                          "export it before submitting; launch passes secrets only through the environment")
+    _check_secrets(first.profile, backend)
     backend.preflight(first)
 
 
+def _check_secrets(profile: Profile, backend: Backend) -> None:
+    """The profile's secrets are in this environment, where the job takes them from it (not on its own hosts)."""
+    missing = [name for name in profile.secrets if name not in os.environ]
+    if missing and not backend.own_hosts:
+        raise SubmitError(f"{profile.source}: secrets: {', '.join(missing)} not set in this environment",
+                          "export it before submitting; launch passes secrets only through the environment")
+
+
 def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import grid as grids, sweep, sweep_runner
+    from launch import sweep, sweep_runner
 
     folder = Path(args.sweep)
     if not sweep.is_sweep(folder):
         raise LaunchError(f"{folder}: not a sweep folder (no {sweep.RECORD})", "give the folder `sweep` printed")
-    given = sweep.read_record(folder)["inputs"]
-    grid = grids.Grid(tuple((key, tuple(values)) for key, values in given["grid"]))
-    code = None if given["script"] is None and given["module"] is None else \
-        Target(script=given["script"], module=given["module"])
-    plan = sweep.build_sweep(load_profile(given["profile"]), given["strategy"], code, common=tuple(given["common"]),
-                             grid=grid, folder=str(folder.absolute()), python=given["python"],
-                             workdir=given["workdir"], launcher=given["launcher"],
-                             max_parallel=sweep.read_record(folder).get("max_parallel"),
-                             snapshot=sweep.snapshot_from(given["snapshot"]))
+    recorded = sweep.read_record(folder)
+    if not isinstance(recorded.get("inputs"), dict) or "folder" not in recorded["inputs"]:
+        raise LaunchError(f"{folder / sweep.RECORD}: not a sweep record launch wrote (or a damaged one)")
+    given = recorded["inputs"]
+    try:
+        os.chdir(given["workdir"])  # as the sweep was submitted: its profile path and code are found from there
+    except OSError as error:
+        raise LaunchError(f"sweep retry {folder}: the folder it was submitted from, {given['workdir']}, is gone "
+                          f"({error.strerror})") from None
+    plan = sweep.rebuild(given, load_profile(given["profile"]))
+    _preflight_sweep(plan)
     return sweep_runner.retry(plan, detach=args.detach)
 
 
@@ -344,16 +372,17 @@ def _check(args: argparse.Namespace, code_args: list[str]) -> int:
 
 
 def _run_check(args: argparse.Namespace, code_args: list[str], *, run_dir: str | None) -> None:
-    """The probe plan run in its own run folder; the table printed, a failure raised as its verdict line."""
+    """The probe plan run in its own run folder (with the snapshot the job would run, where it takes one); the
+    table printed, a failure raised as its verdict line."""
     from launch import backends, check
 
-    profile = load_profile(args.profile)
-    code = Target(module=get_strategy(args.strategy).example.module) if args.script is None and args.module is None \
-        else Target(script=args.script, module=args.module)
+    chosen = _choose(args, ())
+    profile = chosen.profile
+    code = chosen.code or Target(module=chosen.strategy.example.module)
     folder = Path(run_dir) if run_dir is not None else \
         runs.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
     plan = build_plan(profile, args.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
-                      workdir=str(Path.cwd()), launcher=args.launcher, check=True)
+                      workdir=str(Path.cwd()), launcher=args.launcher, check=True, snapshot=chosen.snapshot)
     backend = backends.get(plan.job.backend)
     try:
         _prepare(plan, backend, resume=False)
@@ -380,10 +409,7 @@ def _prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, o
     """Everything checked before a job starts, then the run folder; the checkpoint a resubmission continues."""
     from launch import backends
 
-    missing = [name for name in plan.profile.secrets if name not in os.environ]
-    if missing and not backend.own_hosts:  # hosts with their own environment
-        raise SubmitError(f"{plan.profile.source}: secrets: {', '.join(missing)} not set in this environment",
-                          "export it before submitting; launch passes secrets only through the environment")
+    _check_secrets(plan.profile, backend)
     run_dir = Path(plan.run_dir)
     if (run_dir / runs.STATE).is_file() and backends.is_active(backends.status(run_dir)):
         raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")

@@ -116,6 +116,8 @@ def _read_grid_file(file: str) -> dict[str, tuple[str, ...]]:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise LaunchError(f"--grid-file {file}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise LaunchError(f"--grid-file {file}: not UTF-8 text", "give a YAML file") from None
     except yaml.YAMLError as error:
         raise LaunchError(f"--grid-file {file}: not YAML ({str(error).splitlines()[0]})") from None
     if not isinstance(loaded, dict):

@@ -184,7 +184,8 @@ def identity() -> Identity:
     which set none of them, one process per host, found as torch_xla finds it (``tpu_workers``), reaching
     worker 0 at the port of its ``xla://`` rendezvous and measured over gloo (the hosts' own network)."""
     head, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if head is None and os.environ.get("LAUNCH_DEVICE") == "xla":
+    on_tpu = os.environ.get("PJRT_DEVICE", "TPU") == "TPU" or bool(os.environ.get("TPU_SKIP_MDS_QUERY"))
+    if head is None and os.environ.get("LAUNCH_DEVICE") == "xla" and on_tpu:
         worker, hosts = tpu_workers()
         return Identity(rank=worker, world=len(hosts), per_node=1, head=hosts[0] if len(hosts) > 1 else None,
                         port=int(port or XLA_PORT), backend="gloo", host=f"worker-{worker} ({socket.gethostname()})")
@@ -208,7 +209,10 @@ def tpu_workers() -> tuple[int, list[str]]:
         import yaml
 
         worker = str((yaml.safe_load(_metadata("tpu-env")) or {}).get("WORKER_ID"))
-        hosts = [entry.split(":")[2] for entry in _metadata("worker-network-endpoints").split(",") if entry]
+        endpoints = [entry.split(":") for entry in _metadata("worker-network-endpoints").split(",") if entry]
+        if any(len(fields) < 3 for fields in endpoints):
+            raise ValueError("worker-network-endpoints is not HOSTNAME:UID:ADDRESS,...")
+        hosts = [fields[2] for fields in endpoints]
     return int(worker), hosts or ["localhost"]
 
 

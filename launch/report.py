@@ -87,15 +87,21 @@ def summary_table(curves: list[RunCurves]) -> str:
         accuracy = result.get("eval_accuracy", run.eval_accuracy[-1][1] if run.eval_accuracy else None)
         loss = result.get("eval_loss", run.eval_loss[-1][1] if run.eval_loss else None)
         steps = result.get("steps", max((step for step, _ in run.train_loss), default=None))
-        rows.append((run.name, str(result.get("strategy", "?")), str(result.get("world_size", "?")), _cell(steps),
-                     _cell(accuracy, "{:.2%}"), _cell(loss, "{:.4f}"), _cell(result.get("samples_per_second"), "{:.0f}"),
-                     _cell(result.get("wall_seconds"), "{:.1f}")))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
+        rows.append((run.name, str(result.get("strategy", "?")), str(result.get("world_size", "?")), cell(steps),
+                     cell(accuracy, "{:.2%}"), cell(loss, "{:.4f}"), cell(result.get("samples_per_second"), "{:.0f}"),
+                     cell(result.get("wall_seconds"), "{:.1f}")))
+    return format_table(rows)
+
+
+def format_table(rows: list[tuple[str, ...]]) -> str:
+    """Rows of cells as aligned columns, the first row the header."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
                      for row in rows)
 
 
-def _cell(value: object, form: str = "{}") -> str:
+def cell(value: object, form: str = "{}") -> str:
+    """A table cell: ``value`` formatted, or "-" when there is none."""
     return "-" if value is None else form.format(value)
 
 

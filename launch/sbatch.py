@@ -73,6 +73,11 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
     return options
 
 
+def directives(options: list[tuple[str, str | None]]) -> list[str]:
+    """``#SBATCH --name=value`` lines (``--name`` for a flag)."""
+    return [f"#SBATCH --{name}" + ("" if value is None else f"={value}") for name, value in options]
+
+
 def _times(per_process: int | None, processes: int) -> str | None:
     # One task per node runs all of the node's processes, so it needs all of their CPUs.
     return str(per_process * processes) if per_process else None
@@ -80,9 +85,7 @@ def _times(per_process: int | None, processes: int) -> str | None:
 
 def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str) -> str:
     """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them."""
-    lines = ["#!/bin/bash"]
-    for name, value in sbatch_options(profile, job_name=job_name, run_dir=run_dir):
-        lines.append(f"#SBATCH --{name}" + ("" if value is None else f"={value}"))
+    lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
     port = profile.rendezvous.port
     lines.append("set -euo pipefail")
     if profile.slurm is not None and profile.slurm.cpus_per_task:
@@ -110,11 +113,10 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
 def render_array_script(profile: Profile, *, job_name: str, sweep_dir: str, scripts: list[str], spec: str) -> str:
     """A job array (``spec``: sbatch's --array value) whose element K runs point K's own batch script in its
     allocation, as a plain script: the resources asked for here are the same for every point."""
-    lines = ["#!/bin/bash"]
-    for name, value in sbatch_options(profile, job_name=job_name, run_dir=sweep_dir):
-        value = f"{sweep_dir}/logs/slurm-%A_%a.out" if name == "output" else value
-        lines.append(f"#SBATCH --{name}" + ("" if value is None else f"={value}"))
-    lines += [f"#SBATCH --array={spec}", "set -euo pipefail",
+    options = [(name, f"{sweep_dir}/logs/slurm-%A_%a.out" if name == "output" else value)
+               for name, value in sbatch_options(profile, job_name=job_name, run_dir=sweep_dir)]
+    lines = ["#!/bin/bash", *directives([*options, ("array", spec)])]
+    lines += ["set -euo pipefail",
               "# Each element runs its point's own script: its run folder, arguments and rendezvous port.",
               'case "$SLURM_ARRAY_TASK_ID" in']
     lines += [f"  {index}) exec bash {shlex.quote(script)} ;;" for index, script in enumerate(scripts)]

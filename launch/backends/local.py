@@ -66,7 +66,7 @@ class Outcome:
 def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | None = None,
              then: tuple[str, ...] = (), collect: tuple[str, ...] = ()) -> Outcome:
     """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP; record how it ended (with
-    ``record``'s fields in the run's state). ``collect`` runs once it ended, however, before the end is
+    ``record``'s fields in the run's state). ``collect`` runs once it ended by itself, before the end is
     recorded; ``then`` after a success (the failure of either is only reported)."""
     env = {**os.environ, **dict(node.env)}
     me = {"launcher_pid": os.getpid(), "launcher_started": process_started(os.getpid()), **(record or {})}
@@ -84,17 +84,20 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _stop_stragglers(run_dir)
-    if collect:
-        _run_then(collect, node.cwd)
+    if collect and not outcome.cancelled:  # cancelled: whoever stops the job collects once it is stopped
+        try:
+            run_step(collect, node.cwd)
+        except KeyboardInterrupt:
+            print("launch: warning: interrupted while collecting the job's files", file=sys.stderr)
     runs.close_rank_records(run_dir, cancelled=outcome.cancelled)
     status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     if then and status == "finished":
-        _run_then(then, node.cwd)
+        run_step(then, node.cwd)
     return outcome
 
 
-def _run_then(argv: tuple[str, ...], cwd: str) -> None:
+def run_step(argv: tuple[str, ...], cwd: str) -> None:
     """A step after the job (fetching its result); its failure is reported, not the job's."""
     try:
         done = subprocess.run(list(argv), cwd=cwd, check=False, timeout=THEN_TIMEOUT_S)
