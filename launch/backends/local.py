@@ -108,11 +108,14 @@ def run_step(argv: tuple[str, ...], cwd: str) -> None:
         print(f"launch: warning: {shlex.join(argv)} failed ({problem})", file=sys.stderr)
 
 
+START_WAIT_S = 10.0  # for a detached launcher to record that its job runs
+
+
 def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record: dict[str, object] | None = None,
                    then: tuple[str, ...] = (), collect: tuple[str, ...] = ()) -> int:
     """Start a launcher process in its own session that runs the plan's node (or ``node``) as ``run_node``
-    does; return its pid. The node travels on the launcher's stdin, so no value of it (secrets included) is
-    written to disk.
+    does; return its pid once the run's state names it. The node travels on the launcher's stdin, so no value
+    of it (secrets included) is written to disk.
     """
     run_dir = Path(plan.run_dir)
     node = node or _job(plan).node
@@ -124,6 +127,11 @@ def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record:
     launcher.stdin.write(json.dumps({"node": _node_to_json(node), "record": record, "then": then,
                                           "collect": collect}).encode())
     launcher.stdin.close()
+    deadline = time.monotonic() + START_WAIT_S  # return once the run says it runs: `status` and `logs --follow`
+    while time.monotonic() < deadline and launcher.poll() is None:  # right after see it running
+        if (runs.read_json(run_dir / runs.STATE) or {}).get("launcher_pid") == launcher.pid:
+            break
+        time.sleep(0.05)
     return launcher.pid
 
 
