@@ -144,15 +144,16 @@ def _state_text(state: backends.State) -> str:
     return text + (f" ({state['detail']})" if state.get("detail") else "")
 
 
-def point_state(run_dir: Path) -> str:
-    """A point's state; one with its result is finished, whatever SLURM still remembers of its job."""
-    state = str(backends.status(run_dir).get("status"))
-    return "finished" if state != "running" and (run_dir / runs.RESULT).is_file() else state
+def point_state(run_dir: Path, state: backends.State | None = None) -> str:
+    """A point's state (``state``: its status, already read); one with its result is finished, whatever SLURM
+    still remembers of its job."""
+    status = str((state if state is not None else backends.status(run_dir)).get("status"))
+    return "finished" if status != "running" and (run_dir / runs.RESULT).is_file() else status
 
 
 def _summary(folder: Path) -> int:
-    print(status_table(folder))
-    states = [point_state(run_dir) for _, _, run_dir in sweep.point_folders(folder)]
+    table, states = _table_and_states(folder)
+    print(table)
     failed = sum(state != "finished" for state in states)
     print(f"{len(states) - failed} of {len(states)} point(s) finished" +
           (f"; retry the others with: python -m launch sweep retry {folder} --failed" if failed else ""))
@@ -161,22 +162,32 @@ def _summary(folder: Path) -> int:
 
 def status_table(folder: Path) -> str:
     """One row per point: its number, values, state, and result where it has one."""
+    return _table_and_states(folder)[0]
+
+
+def _table_and_states(folder: Path) -> tuple[str, list[str]]:
+    """The status table, and each point's state (every point's status read once)."""
     rows = [("point", "values", "state", "steps", "eval acc", "eval loss", "run folder")]
+    states = []
     for index, values, run_dir in sweep.point_folders(folder):
         state = backends.status(run_dir)
-        shown = "finished" if point_state(run_dir) == "finished" else _state_text(state)
+        states.append(point_state(run_dir, state))
+        shown = "finished" if states[-1] == "finished" else _state_text(state)
         result = runs.read_json(run_dir / runs.RESULT) or {}
         rows.append((str(index), values, shown, report.cell(result.get("steps")),
                      report.cell(result.get("eval_accuracy"), "{:.2%}"),
                      report.cell(result.get("eval_loss"), "{:.4f}"), run_dir.name))
-    return report.format_table(rows)
+    return report.format_table(rows), states
 
 
 def failed_points(folder: Path) -> tuple[int, ...]:
     """The points to run again: every one that neither finished nor still runs (failed, cancelled, never
     started, lost, forgotten by SLURM without a result)."""
-    return tuple(index for index, _, run_dir in sweep.point_folders(folder)
-                 if point_state(run_dir) != "finished" and not backends.is_active(backends.status(run_dir)))
+    def retryable(run_dir: Path) -> bool:
+        state = backends.status(run_dir)
+        return point_state(run_dir, state) != "finished" and not backends.is_active(state)
+
+    return tuple(index for index, _, run_dir in sweep.point_folders(folder) if retryable(run_dir))
 
 
 def cancel_sweep(folder: Path) -> int:
