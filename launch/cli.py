@@ -284,8 +284,7 @@ def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
         raise LaunchError(f"--run-dir {args.run_dir}: already holds something; a sweep starts in a new folder",
                           f"to run its failed points again: python -m launch sweep retry {args.run_dir} --failed")
     plan = _sweep_plan(args, code_args, for_submit=True)
-    backend = plan.plans[0].job.backend
-    if args.detach and backend not in ("submitit", "sbatch"):
+    if args.detach and plan.array is None:  # no job array: the points run from here
         shutil.rmtree(plan.folder, ignore_errors=True)
         raise LaunchError("sweep --detach: a sweep here runs in the foreground, its points one after another",
                           "run it in the background yourself (nohup, tmux), or on a SLURM profile")
