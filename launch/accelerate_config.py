@@ -23,6 +23,8 @@ _COMMON = {"compute_environment": "LOCAL_MACHINE", "debug": False, "downcast_bf1
 # Per node, from the job (launch's sbatch script sets MASTER_ADDR and MASTER_PORT to the head node's).
 _NODE_FLAGS = ('--machine_rank "$SLURM_NODEID" --main_process_ip "$MASTER_ADDR" '
                '--main_process_port "$MASTER_PORT"')
+# On ssh hosts: each host's place in ssh.hosts, and the first host (or rendezvous.address) as the head.
+_HOST_FLAGS = '--machine_rank NODE_RANK --main_process_ip HEAD --main_process_port PORT'
 
 
 def accelerate_config(profile: Profile, *, machine_rank: int = 0) -> dict[str, Any]:
@@ -76,7 +78,7 @@ def working_command(profile: Profile, *, config_file: str = "CONFIG_FILE", scrip
     words = [f"{name}={shlex.quote(value)}" for name, value in env.items()]
     words += ["accelerate", "launch", "--config_file", shlex.quote(config_file)]
     if multi_node:
-        words.append(_NODE_FLAGS)
+        words.append(_HOST_FLAGS if profile.kind == "ssh" else _NODE_FLAGS)
     return " ".join([*words, shlex.quote(script)])
 
 
@@ -93,12 +95,17 @@ def render_config(profile: Profile, *, machine_rank: int = 0) -> str:
                   "without GPUs comes up alone as process 0 of 1, DistributedType.NO); its MULTI_CPU path starts",
                   "one process, or needs mpirun. With ACCELERATE_USE_CPU=true in the environment of",
                   "`accelerate launch` or `accelerate test` they are MULTI_CPU over gloo; launch's submit sets it."]
-    if profile.nodes > 1 and profile.kind != "tpu":
+    if profile.nodes > 1 and profile.kind == "ssh":
+        notes.append("machine_rank, main_process_ip and main_process_port are given on each host's "
+                     "`accelerate launch` command line (its place in ssh.hosts, and the first host as head).")
+    elif profile.nodes > 1 and profile.kind != "tpu":
         notes.append("machine_rank, main_process_ip and main_process_port are given on each node's "
                      "`accelerate launch` command line from the job (SLURM_NODEID and the head node).")
     command = working_command(profile, config_file="THIS_FILE")
     if command is not None:
         notes += ["Run it as:" if profile.nodes == 1 else
+                  "Run it on every host, NODE_RANK its place in ssh.hosts, HEAD the first host, PORT a free port:"
+                  if profile.kind == "ssh" else
                   "Run it on every node of the job, with MASTER_ADDR and MASTER_PORT the head node's address and port:",
                   f"  {command}"]
         if profile.nodes == 1:

@@ -307,9 +307,9 @@ def _preflight_sweep(plan: SweepPlan) -> None:
 
 
 def _check_secrets(profile: Profile, backend: Backend) -> None:
-    """The profile's secrets are in this environment, where the job takes them from it (not on its own hosts)."""
+    """The profile's secrets are in this environment, where the job takes them from (not on its own hosts)."""
     missing = [name for name in profile.secrets if name not in os.environ]
-    if missing and not backend.own_hosts:
+    if missing and backend.forwards_secrets:
         raise SubmitError(f"{profile.source}: secrets: {', '.join(missing)} not set in this environment",
                           "export it before submitting; launch passes secrets only through the environment")
 

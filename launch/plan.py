@@ -8,21 +8,24 @@ backend the job names.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePath, PurePosixPath
 from typing import ClassVar
 
 from launch import job as contract
-from launch import probe, sbatch, tpu
+from launch import probe, remote_shell, sbatch, ssh, tpu
 from launch.errors import LaunchError
 from launch.layout import CHECKPOINTS, LOGS, METRICS, RESULT
 from launch.profile import Profile
-from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID
+from launch.secrets import looks_secret
+from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID, port_for_run
 from launch.node import NodeCommand, PlanFile
 from launch.shell import Arg, EnvRef
 from launch.snapshot import Snapshot, path_in
 from launch.strategies import NodeContext, Strategy, get_strategy
+from launch.ssh_job import FAN_OUT, HOST_GUARD, SSH_JOB_SPEC, SshJob, SshNode, spec_text
 from launch.submitit_job import SubmititJob, submitit_job
 from launch.worker import Target
 
@@ -76,7 +79,7 @@ class GcloudJob:
         return str(PurePosixPath(self.node.cwd, self.host_run_dir))
 
 
-Job = LocalJob | SbatchJob | SubmititJob | GcloudJob
+Job = LocalJob | SbatchJob | SubmititJob | GcloudJob | SshJob
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +150,7 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     bundled = code is None
     code = Target(module=chosen.example.module, args=args) if code is None else code
     if snapshot is not None:
-        code = in_snapshot(code, snapshot, run_dir=_JOB_RUN_DIR.get(backend, str)(run_dir), workdir=workdir)
+        code = in_snapshot(code, snapshot, run_dir=job_run_dir(profile, backend, run_dir, workdir), workdir=workdir)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                      python=python, workdir=workdir, max_restarts=max_restarts, checking=check,
                      code=probe_target(code) if check else code, snapshot=snapshot)
@@ -172,7 +175,21 @@ def backend_for(profile: Profile, launcher: str) -> str:
         return launcher
     if profile.tpu is not None and profile.tpu.via_gcloud:
         return "gcloud"
+    if profile.kind == "ssh":
+        return "ssh"
     return "local"
+
+
+def job_run_dir(profile: Profile, backend: str, run_dir: str, workdir: str) -> str:
+    """Where the job's processes find the run folder: ``run_dir`` here, or its folder on the remote hosts (from
+    the project folder there, where they start)."""
+    if backend == "gcloud":
+        return remote_shell.host_run_dir(run_dir)
+    if backend == "ssh" and profile.ssh is not None:
+        folder = PurePosixPath(profile.ssh.workdir or workdir)
+        on_host = remote_shell.host_run_dir(run_dir, profile.ssh.runs_dir)
+        return str(folder / on_host) if folder.is_absolute() else on_host
+    return run_dir
 
 
 def process_command(inputs: _Inputs) -> list[str]:
@@ -245,11 +262,18 @@ def _slurm_node(inputs: _Inputs, env: tuple[tuple[str, str], ...]) -> NodeComman
     node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
                        master_port=EnvRef("MASTER_PORT"))
     argv = _node_argv(inputs, node, inputs.run_dir, inputs.python)
-    if inputs.checking:  # the node's launcher waits for every node: first each node says it reaches the head
-        argv = (inputs.python, "-m", PROBE, "--node", node.node_rank, "--nodes", str(inputs.profile.nodes),
-                "--head", EnvRef("MASTER_ADDR"), "--port", EnvRef("MASTER_PORT"), "--run-dir", inputs.run_dir,
-                "--", *argv)
-    return NodeCommand(node_rank=0, argv=argv, env=env, cwd=inputs.workdir)
+    return NodeCommand(node_rank=0, argv=_head_first(inputs, node, argv, inputs.run_dir, inputs.python), env=env,
+                       cwd=inputs.workdir)
+
+
+def _head_first(inputs: _Inputs, node: NodeContext, argv: tuple[Arg, ...], run_dir: str,
+                python: str) -> tuple[Arg, ...]:
+    """For ``launch check``: the node's launcher waits for every node, so first each node says whether it
+    reaches the head (named, at once, instead of a rendezvous that times out)."""
+    if not inputs.checking or node.master_addr is None or node.master_port is None:
+        return argv
+    return (python, "-m", PROBE, "--node", node.node_rank, "--nodes", str(inputs.profile.nodes),
+            "--head", node.master_addr, "--port", node.master_port, "--run-dir", run_dir, "--", *argv)
 
 
 def _job_name(inputs: _Inputs) -> str:
@@ -277,7 +301,7 @@ def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
     profile = inputs.profile
     hosts = profile.tpu
     assert hosts is not None  # noqa: S101 - backend_for chose gcloud for a TPU section
-    host_run_dir = tpu.host_run_dir(inputs.run_dir)
+    host_run_dir = remote_shell.host_run_dir(inputs.run_dir)
     port = profile.rendezvous.port  # where torch_xla's xla:// rendezvous listens on worker 0, if not its default
     env = _env(inputs, host_run_dir, **({"MASTER_PORT": str(port)} if port is not None else {}))
     node = NodeContext(node_rank="0", master_addr=None, master_port=None)
@@ -285,9 +309,9 @@ def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
                           cwd=hosts.workdir)
     host_files = _files(inputs, host_run_dir)
     host_folder = str(PurePosixPath(hosts.workdir, host_run_dir))
-    shell_command = tpu.host_command(workdir=hosts.workdir, files=[(f.path, f.text) for f in host_files],
-                                     env=env, argv=[str(arg) for arg in command.argv],
-                                     snapshot_in=host_run_dir if inputs.snapshot else None)
+    shell_command = remote_shell.host_command(workdir=hosts.workdir, files=[(f.path, f.text) for f in host_files],
+                                              env=env, argv=[str(arg) for arg in command.argv],
+                                              snapshot_in=host_run_dir if inputs.snapshot else None)
     return _plan(inputs, env, GcloudJob(
         node=command, host_files=host_files, host_run_dir=host_run_dir, ssh_argv=tpu.gcloud_ssh_on_every_host(hosts),
         submit_argv=tpu.gcloud_ssh(hosts, shell_command),
@@ -297,7 +321,57 @@ def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
                                        inputs.run_dir)))
 
 
-_JOB_RUN_DIR: dict[str, Callable[[str], str]] = {"gcloud": tpu.host_run_dir}  # where a job's run folder is, if
-# not where it is here (the snapshot's copy is found through it)
+def _ssh_job(inputs: _Inputs) -> LaunchPlan:
+    profile, section = inputs.profile, inputs.profile.ssh
+    assert section is not None  # noqa: S101 - backend_for chose ssh for an ssh section
+    hosts = [ssh.parse_host(host) for host in section.hosts]
+    workdir = section.workdir or inputs.workdir
+    if not ssh.SAFE_PATH.match(workdir):  # the profile's own is checked when it is loaded
+        raise LaunchError(f"{profile.source}: ssh.workdir is not set, and this folder's path {workdir!r}, its default, "
+                          "has characters scp cannot carry to the hosts unchanged (spaces, quotes, shell or glob "
+                          "characters)", "set ssh.workdir to the project's folder on the hosts")
+    host_run_dir = job_run_dir(profile, "ssh", inputs.run_dir, inputs.workdir)
+    host_folder = str(PurePosixPath(workdir, host_run_dir))  # as ssh and scp see it, from the user's home
+    env = _env(inputs, host_run_dir)
+    secret_names = tuple(dict.fromkeys([*profile.secrets, *(  # launch's own variables hold names, not secrets
+        name for name, _ in env if looks_secret(name, profile.secrets) and not name.startswith("LAUNCH_"))]))
+    shown_env = tuple((name, value) for name, value in env if name not in secret_names)
+    head = profile.rendezvous.address or hosts[0].address
+    port = str(profile.rendezvous.port or port_for_run(inputs.run_dir))
+    host_files = _files(inputs, host_run_dir)
+    nodes = []
+    for rank, host in enumerate(hosts):
+        context = NodeContext(node_rank=str(rank), master_addr=head, master_port=port)
+        argv = _head_first(inputs, context, _node_argv(inputs, context, host_run_dir, section.python), host_run_dir,
+                           section.python)
+        guarded = (section.python, "-m", HOST_GUARD, "--run-dir", host_run_dir, "--", *map(str, argv))
+        command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
+        line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
+                                         env=shown_env, argv=guarded,
+                                         snapshot_in=host_run_dir if inputs.snapshot else None)
+        nodes.append(SshNode(
+            host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
+            stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
+            reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(workdir, section.python, host_run_dir))))
+    fetched = (LOGS, *((probe.CHECK,) if inputs.checking else ()))
+    collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
+                                 recurse=True) for host in hosts)
+    after = () if inputs.checking else (
+        ssh.scp_argv(section, hosts[0], [f"{host_folder}/{name}" for name in (RESULT, METRICS)], inputs.run_dir),)
+    spec = PlanFile(path=str(PurePath(inputs.run_dir, SSH_JOB_SPEC)),
+                    text=spec_text(nodes, secret_names, collect=collect, after=after))
+    fan_out = NodeCommand(node_rank=0, argv=(inputs.python, "-m", FAN_OUT, spec.path), cwd=inputs.workdir,
+                          env=tuple((name, value) for name, value in env if name in secret_names))
+    ship = (remote_shell.pack_snapshot(inputs.run_dir), *(
+        step for host in hosts for step in (
+            ssh.ssh_argv(section, host, shlex.join(["mkdir", "-p", host_folder]) + " && "  # a stale copy never runs
+                         + shlex.join(["rm", "-rf", f"{host_folder}/{remote_shell.SNAPSHOT_FOLDER}"])),
+            ssh.scp_argv(section, host, [str(PurePath(inputs.run_dir, remote_shell.SNAPSHOT_TAR))],
+                         f"{host_folder}/{remote_shell.SNAPSHOT_TAR}", upload=True))))
+    return _plan(inputs, env, SshJob(
+        node=fan_out, nodes=tuple(nodes), host_files=host_files, host_folder=host_folder, secret_names=secret_names,
+        files=(spec,), before_argv=ship if inputs.snapshot else (), collect_argv=collect, after_argv=after))
+
+
 _JOB_BUILDERS: dict[str, Callable[[_Inputs], LaunchPlan]] = {
-    "local": _local_job, "sbatch": _sbatch_job, "submitit": _submitit_job, "gcloud": _gcloud_job}
+    "local": _local_job, "sbatch": _sbatch_job, "submitit": _submitit_job, "gcloud": _gcloud_job, "ssh": _ssh_job}

@@ -7,7 +7,7 @@ from typing import Literal
 
 from launch.devices import default_dist_backend
 
-Kind = Literal["local", "slurm", "tpu"]
+Kind = Literal["local", "slurm", "tpu", "ssh"]
 Device = Literal["cuda", "cpu", "xla"]
 Backend = Literal["nccl", "gloo", "auto"]
 
@@ -18,6 +18,7 @@ class Rendezvous:
 
     port: int | None = None
     timeout_s: int = 300
+    address: str | None = None  # ssh profiles: the head's address as the other hosts reach it (else the first host)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +60,20 @@ class TpuSection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SshSection:
+    """Machines without a scheduler, reached with the OpenSSH client: one node per host, in rank order."""
+
+    hosts: tuple[str, ...] = ()  # [user@]host[:port], as ssh and ~/.ssh/config know them; node 0 is the head
+    hostfile: str | None = None  # instead of hosts: a file of them, one per line (relative to the profile's folder)
+    identity_file: str | None = None  # ssh -i
+    jump_host: str | None = None  # ssh -J (ProxyJump)
+    options: dict[str, str] = field(default_factory=dict)  # ssh -o KEY=VALUE, for every host
+    python: str = "python3"  # the Python on every host, with torch and launch's dependencies
+    workdir: str | None = None  # the project folder on every host; None: the same path as the submitting folder
+    runs_dir: str = "runs"  # run folders on every host live here (relative: to workdir)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     """One cluster profile after ``extends:`` is resolved; ``source`` is the file it came from."""
 
@@ -75,6 +90,7 @@ class Profile:
     network_interface: str | None = None
     slurm: SlurmSection | None = None
     tpu: TpuSection | None = None
+    ssh: SshSection | None = None
     source: str = field(default="", metadata={"yaml": False})
 
     @property

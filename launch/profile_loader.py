@@ -12,7 +12,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from launch.errors import ConfigError, did_you_mean
-from launch.profile import Profile, SlurmSection, TpuSection
+from launch import ssh
+from launch.profile import Profile, SlurmSection, SshSection, TpuSection
 from launch.rendezvous import TORCH_CONTRACT
 from launch.sbatch import SBATCH_OPTIONS, managed_option
 from launch.job import ENVIRONMENT
@@ -83,11 +84,27 @@ def load_profile(name_or_path: str) -> Profile:
     values = _convert_dataclass(Profile, data, "", problems)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
-    profile = Profile(**values, source=str(path))
+    profile = _with_hostfile(Profile(**values, source=str(path)), path)
     problems = check_profile(profile)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
     return profile
+
+
+def _with_hostfile(profile: Profile, path: Path) -> Profile:
+    """An ssh profile's ``hostfile`` (made absolute when it was read) read into its hosts."""
+    section = profile.ssh
+    if section is None or section.hostfile is None:
+        return profile
+    if section.hosts:
+        raise ConfigError(f"{path}: ssh.hostfile: give either ssh.hosts or ssh.hostfile, not both")
+    try:
+        hosts = ssh.read_hostfile(Path(section.hostfile).expanduser(), profile.procs_per_node)
+    except ValueError as error:
+        raise ConfigError(f"{path}: ssh.hostfile: {error}") from None
+    if not hosts:
+        raise ConfigError(f"{path}: ssh.hostfile: {section.hostfile} lists no host")
+    return dataclasses.replace(profile, ssh=dataclasses.replace(section, hosts=hosts))
 
 
 def profile_to_mapping(profile: Profile) -> dict[str, Any]:
@@ -147,6 +164,7 @@ def _resolved_mapping(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigError(f"{path}: extends: cycle {cycle}")
     data = _read_yaml(path)
     data.setdefault("name", path.stem)
+    _anchor_hostfile(data, path)
     parent_ref = data.pop("extends", None)
     problems: list[str] = []
     _convert_dataclass(Profile, data, "", problems, partial=True)  # this file's own keys and types
@@ -162,7 +180,18 @@ def _resolved_mapping(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigError(f"{path}: extends: {error}") from None
     parent = _resolved_mapping(parent_path, (*chain, resolved))
     parent.pop("name")
+    own_ssh, parent_ssh = data.get("ssh"), parent.get("ssh")
+    if isinstance(own_ssh, Mapping) and isinstance(parent_ssh, Mapping) and ({"hosts", "hostfile"} & set(own_ssh)):
+        parent["ssh"] = {key: value for key, value in parent_ssh.items() if key not in ("hosts", "hostfile")}
     return _deep_merge(parent, data)
+
+
+def _anchor_hostfile(data: dict[str, Any], path: Path) -> None:
+    """An ssh.hostfile relative to the profile file that names it (not to one that extends it)."""
+    section = data.get("ssh")
+    hostfile = section.get("hostfile") if isinstance(section, Mapping) else None
+    if isinstance(hostfile, str) and hostfile and not Path(hostfile).expanduser().is_absolute():
+        data["ssh"] = {**section, "hostfile": str(path.parent / hostfile)}
 
 
 def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -346,11 +375,12 @@ def _check_counts(profile: Profile) -> list[str]:
 
 def _check_sections(profile: Profile) -> list[str]:
     problems = []
-    for kind in ("slurm", "tpu"):
+    for kind in ("slurm", "tpu", "ssh"):
         section = getattr(profile, kind)
         if profile.kind == kind and section is None:
             problems.append(f"{kind}: required for kind {kind} (at least an empty mapping: '{kind}: {{}}')"
-                            if kind == "slurm" else f"{kind}: required for kind {kind}")
+                            if kind == "slurm" else f"{kind}: required for kind {kind}"
+                            + (" (ssh.hosts: the machines, in rank order)" if kind == "ssh" else ""))
         if profile.kind != kind and section is not None:
             problems.append(f"{kind}: only allowed with kind {kind}, the profile has kind {profile.kind}")
     if (profile.device == "xla") != (profile.kind == "tpu"):
@@ -360,6 +390,44 @@ def _check_sections(profile: Profile) -> list[str]:
         problems += _check_slurm(profile, profile.slurm)
     if profile.tpu is not None:
         problems += _check_tpu(profile, profile.tpu)
+    if profile.ssh is not None:
+        problems += _check_ssh(profile, profile.ssh)
+    if profile.rendezvous.address is not None and profile.kind != "ssh":
+        problems.append(f"rendezvous.address: only for kind ssh (the head's address as the other hosts reach it); "
+                        f"kind {profile.kind} finds its head itself")
+    return problems
+
+
+def _check_ssh(profile: Profile, section: SshSection) -> list[str]:
+    """Hosts ssh can be given, one node each, and options that stay single words and lines."""
+    problems = []
+    for index, host in enumerate(section.hosts):
+        try:
+            ssh.parse_host(host)
+        except ValueError as error:
+            problems.append(f"ssh.hosts[{index}]: {error}")
+    if not section.hosts:
+        problems.append("ssh.hosts: required, the machines in rank order (or ssh.hostfile: a file of them)")
+    elif len(section.hosts) != profile.nodes:
+        problems.append(f"nodes: {profile.nodes}, but ssh.hosts lists {len(section.hosts)} host(s); one node runs "
+                        f"on each host: set nodes: {len(section.hosts)}")
+    for key, value in section.options.items():
+        problem = ssh.check_option(key, value)
+        if problem:
+            problems.append(f"ssh.options.{key}: {problem}")
+    for key in ("python", "workdir", "runs_dir", "identity_file", "jump_host"):
+        value = getattr(section, key)
+        if value is not None and (not value.strip() or _CONTROL.search(value) or value.startswith("-")):
+            problems.append(f"ssh.{key}: must be a non-empty single line, not starting with '-'")
+        elif key in ("workdir", "runs_dir") and value is not None and value.startswith("~"):
+            problems.append(f"ssh.{key}: {value!r}: write it without '~' (a relative path is from the ssh user's "
+                            f"home{' for workdir, from workdir for runs_dir' if key == 'runs_dir' else ''})")
+        elif key in ("workdir", "runs_dir") and value is not None and not ssh.SAFE_PATH.match(value):
+            problems.append(f"ssh.{key}: {value!r} has characters scp cannot carry unchanged (spaces, quotes, shell "
+                            "or glob characters)")
+    address = profile.rendezvous.address
+    if address is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._:-]*", address):
+        problems.append(f"rendezvous.address: {address!r} is not a host name or address")
     return problems
 
 

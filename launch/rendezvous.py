@@ -23,6 +23,14 @@ def port_for_job(job_id: int) -> int:
     return PORT_BASE + job_id % PORT_SPAN
 
 
+def port_for_run(run_dir: str) -> int:
+    """The rendezvous port of a run without a scheduler's job id (ssh hosts): from its run folder's path, so a
+    plan renders the port it runs with, and two runs rarely share one."""
+    import hashlib
+
+    return PORT_BASE + int(hashlib.sha256(run_dir.encode()).hexdigest()[:8], 16) % PORT_SPAN
+
+
 def port_for_job_shell(job_id_variable: str = SLURM_JOB_ID) -> str:
     """``port_for_job`` as a POSIX shell arithmetic expression (a test checks that the two agree)."""
     return f"$(( {PORT_BASE} + {job_id_variable} % {PORT_SPAN} ))"

@@ -17,6 +17,7 @@ MASK = "****"
 # Set by the plan for every worker: the names of the variables it adds, and the names a profile marks secret.
 PLAN_ENV_VARIABLE = "LAUNCH_PLAN_ENV"
 SECRET_NAMES_VARIABLE = "LAUNCH_SECRET_NAMES"
+_NAME_LISTS = (PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE)  # hold names of variables, never a secret's value
 MIN_MASKED_LENGTH = 4  # shorter values ("1", "yes") would mask ordinary text everywhere
 
 
@@ -33,8 +34,8 @@ def mask(name: str, value: str, marked: Collection[str] = ()) -> str:
 def secret_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The values of this process's secret variables, longest first, to be masked wherever they appear."""
     marked = set(filter(None, environ.get(SECRET_NAMES_VARIABLE, "").split(",")))
-    values = {value for name, value in environ.items()
-              if looks_secret(name, marked) and len(value) >= MIN_MASKED_LENGTH}
+    values = {value for name, value in environ.items() if looks_secret(name, marked)
+              and len(value) >= MIN_MASKED_LENGTH and name not in _NAME_LISTS}
     return tuple(sorted(values, key=len, reverse=True))
 
 

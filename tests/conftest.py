@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,53 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
         _unavailable(f"it did not start: {(started.stderr or started.stdout).strip()[-1500:]}")
     yield {"SLURM_CONF": str(state / "slurm.conf")}
     subprocess.run([str(CLUSTER_SCRIPT), "stop", str(state)], capture_output=True, timeout=120)
+
+
+@dataclass(frozen=True)
+class SshHosts:
+    """The test cluster's nodes as ssh hosts: an sshd in each node's namespace, a key made for the test."""
+
+    state: Path  # the cluster's state folder; STATE/ssh holds the keys, STATE/srv-NODE is NODE's /srv
+    hosts: tuple[str, ...] = ("root@10.231.77.11", "root@10.231.77.12:2222")  # n1 on port 22, n2 on 2222
+    names: tuple[str, ...] = ("n1", "n2")
+
+    @property
+    def identity(self) -> Path:
+        return self.state / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state / "ssh" / "known_hosts"
+
+    def srv(self, name: str) -> Path:
+        """What node ``name`` sees as /srv: its own, not the other's."""
+        return self.state / f"srv-{name}"
+
+    def profile(self, folder: Path, *, name: str = "ssh2x2", hosts: tuple[str, ...] | None = None,
+                identity: Path | None = None, known_hosts: Path | None = None, extra: str = "") -> Path:
+        """A profile of kind ssh over both nodes (2 processes each); run folders under each node's own /srv."""
+        listed = ", ".join(f'"{host}"' for host in (hosts or self.hosts))
+        path = folder / f"{name}.yaml"
+        path.write_text(
+            f"kind: ssh\nnodes: {len(hosts or self.hosts)}\nprocs_per_node: 2\n{extra}"
+            f"ssh:\n  hosts: [{listed}]\n  identity_file: {identity or self.identity}\n"
+            f"  options: {{UserKnownHostsFile: {known_hosts or self.known_hosts}, StrictHostKeyChecking: 'yes', "
+            f"IdentitiesOnly: 'yes'}}\n  python: {sys.executable}\n  workdir: {ROOT}\n  runs_dir: /srv/runs\n",
+            encoding="utf-8")
+        return path
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts(slurm_cluster):  # type: ignore[no-untyped-def]
+    """One sshd per node of the test cluster (tests/slurm/cluster.sh ssh-start), for the session."""
+    import shutil
+
+    if not (Path("/usr/sbin/sshd").is_file() and shutil.which("ssh") and shutil.which("scp")):
+        _unavailable("openssh-server and openssh-client are not installed (tests/slurm/cluster.sh install)")
+    state = Path(slurm_cluster["SLURM_CONF"]).parent
+    started = subprocess.run([str(CLUSTER_SCRIPT), "ssh-start", str(state)], capture_output=True, text=True,
+                             timeout=120)
+    if started.returncode != 0:
+        _unavailable(f"sshd did not start: {(started.stderr or started.stdout).strip()[-1500:]}")
+    yield SshHosts(state=state)
+    subprocess.run([str(CLUSTER_SCRIPT), "ssh-stop", str(state)], capture_output=True, timeout=60)

@@ -22,7 +22,7 @@ from launch.plan import build_plan
 from launch.profile_loader import BUNDLED_DIR, load_profile
 from launch.render import render_text
 from launch.snapshot import Snapshot
-from launch.tpu import host_run_dir
+from launch.remote_shell import host_run_dir
 from launch.worker import Target
 from tests.conftest import ROOT, free_port, run_cli
 

@@ -8,6 +8,7 @@ state.json records it, and ``status``, ``logs`` and ``cancel`` dispatch on that 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,6 +24,7 @@ BACKENDS: dict[str, str] = {  # name -> "module:object"
     "submitit": "launch.backends.slurm:SUBMITIT",
     "sbatch": "launch.backends.slurm:SBATCH",
     "gcloud": "launch.backends.gcloud:BACKEND",
+    "ssh": "launch.backends.ssh:BACKEND",
 }
 RENAMED = {"slurm": "sbatch", "tpu": "gcloud"}  # what older run folders' state.json calls a backend
 ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
@@ -37,6 +39,9 @@ class Backend(Protocol):
     # The job may start long after submit (a queue, a requeue): it runs a copy of the user's project taken at
     # submit (launch.snapshot), not the live files.
     snapshots: bool
+    # The job takes the profile's secrets from this environment (inherited, or sent over a connection), so they
+    # must be set here; else each host has its own.
+    forwards_secrets: bool
 
     def render(self, plan: LaunchPlan) -> list[str]:
         """The job's part of ``render``: what is run where, and how it is handed over."""
@@ -89,10 +94,13 @@ def cancel(run_dir: Path) -> bool:
     return backend.cancel(run_dir, backend.status(run_dir, state))
 
 
-def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool) -> None:
-    """The logs a run writes into its folder on this machine (local and SLURM runs): one rank's, or every
-    rank's merged (``rank`` None); with ``follow``, until the job ends."""
+def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool,
+                    refresh: Callable[[], None] = lambda: None) -> None:
+    """The logs in a run's folder on this machine (where local and SLURM runs write them, and where ssh runs'
+    are fetched to): one rank's, or every rank's merged (``rank`` None); with ``follow``, until the job ends.
+    ``refresh`` runs before each look at them."""
     def still_running() -> bool:
+        refresh()
         return follow and is_active(status(run_dir))
 
     if rank is None:

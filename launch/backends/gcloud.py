@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path, PurePosixPath
 
-from launch import backends, runs, tpu
+from launch import backends, remote_shell, runs
 from launch.backends import State, local
 from launch.errors import LaunchError, SubmitError
 from launch.node import NodeCommand
@@ -70,7 +70,7 @@ def print_rank_log(state: dict[str, object], rank: int) -> None:
     if not isinstance(ssh, list) or not isinstance(folder, str):
         raise SubmitError("this run's state does not say where its hosts are", "see its plan.txt")
     path = str(runs.rank_log_path(PurePosixPath(folder), rank))
-    done = subprocess.run([*map(str, ssh), tpu.print_command(path)], check=False)
+    done = subprocess.run([*map(str, ssh), remote_shell.print_command(path)], check=False)
     if done.returncode:
         raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
 
@@ -107,7 +107,7 @@ def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
 def _record(plan: LaunchPlan) -> dict[str, object]:
     job = _job(plan)
     return {"backend": BACKEND.name, "ssh_argv": list(job.ssh_argv),
-            "stop_argv": [*job.ssh_argv, tpu.stop_command(job.host_run_dir)], "hosts_run_dir": job.host_folder,
+            "stop_argv": [*job.ssh_argv, remote_shell.stop_command(job.host_run_dir)], "hosts_run_dir": job.host_folder,
             "collect_argv": list(job.collect_argv)}
 
 
@@ -116,6 +116,7 @@ class GcloudBackend:
 
     name = "gcloud"
     own_hosts = True
+    forwards_secrets = False
     snapshots = True
 
     def render(self, plan: LaunchPlan) -> list[str]:

@@ -64,10 +64,10 @@ class Outcome:
 
 
 def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | None = None,
-             then: tuple[str, ...] = (), collect: tuple[str, ...] = ()) -> Outcome:
-    """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP; record how it ended (with
-    ``record``'s fields in the run's state). ``collect`` runs once it ended by itself, before the end is
-    recorded; ``then`` after a success (the failure of either is only reported)."""
+             then: tuple[str, ...] = (), collect: tuple[str, ...] = (), stop_grace_s: float = STOP_GRACE_S) -> Outcome:
+    """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP (SIGKILL after ``stop_grace_s``);
+    record how it ended (with ``record``'s fields in the run's state). ``collect`` runs once it ended by itself,
+    before the end is recorded; ``then`` after a success (the failure of either is only reported)."""
     env = {**os.environ, **dict(node.env)}
     me = {"launcher_pid": os.getpid(), "launcher_started": process_started(os.getpid()), **(record or {})}
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
@@ -79,7 +79,7 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
         try:
             outcome = Outcome(exit_code=_shell_status(process.wait()), cancelled=False)
         except KeyboardInterrupt:
-            outcome = Outcome(exit_code=_shell_status(_stop(process)), cancelled=True)
+            outcome = Outcome(exit_code=_shell_status(_stop(process, stop_grace_s)), cancelled=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -112,7 +112,8 @@ START_WAIT_S = 10.0  # for a detached launcher to record that its job runs
 
 
 def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record: dict[str, object] | None = None,
-                   then: tuple[str, ...] = (), collect: tuple[str, ...] = ()) -> int:
+                   then: tuple[str, ...] = (), collect: tuple[str, ...] = (),
+                   stop_grace_s: float = STOP_GRACE_S) -> int:
     """Start a launcher process in its own session that runs the plan's node (or ``node``) as ``run_node``
     does; return its pid once the run's state names it. The node travels on the launcher's stdin, so no value
     of it (secrets included) is written to disk.
@@ -125,7 +126,7 @@ def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record:
                                     cwd=node.cwd, start_new_session=True)
     assert launcher.stdin is not None  # noqa: S101 - stdin=PIPE above
     launcher.stdin.write(json.dumps({"node": _node_to_json(node), "record": record, "then": then,
-                                          "collect": collect}).encode())
+                                     "collect": collect, "stop_grace_s": stop_grace_s}).encode())
     launcher.stdin.close()
     deadline = time.monotonic() + START_WAIT_S  # return once the run says it runs: `status` and `logs --follow`
     while time.monotonic() < deadline and launcher.poll() is None:  # right after see it running
@@ -184,11 +185,11 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _stop(process: subprocess.Popen[bytes]) -> int:
+def _stop(process: subprocess.Popen[bytes], grace_s: float) -> int:
     """SIGTERM the launcher (torchrun stops its workers), then SIGKILL its group after a grace period."""
     process.send_signal(signal.SIGTERM)
     try:
-        return process.wait(timeout=STOP_GRACE_S)
+        return process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         return process.wait()
@@ -234,21 +235,24 @@ def _node_from_json(data: dict[str, object]) -> NodeCommand:
 def _detached_main(run_dir: str) -> int:
     given = json.loads(sys.stdin.read())
     return run_node(Path(run_dir), _node_from_json(given["node"]), record=given["record"],
-                    then=tuple(given["then"]), collect=tuple(given["collect"])).exit_code
+                    then=tuple(given["then"]), collect=tuple(given["collect"]),
+                    stop_grace_s=float(given.get("stop_grace_s", STOP_GRACE_S))).exit_code
 
 
 def execute_here(plan: LaunchPlan, node: NodeCommand, *, detach: bool, follow: str, logs: str,
                  failure: Callable[[int], str], record: dict[str, object] | None = None, then: tuple[str, ...] = (),
-                 collect: tuple[str, ...] = (), on_cancel: Callable[[], None] = lambda: None) -> int:
+                 collect: tuple[str, ...] = (), on_cancel: Callable[[], None] = lambda: None,
+                 stop_grace_s: float = STOP_GRACE_S) -> int:
     """``node`` run from here, in the foreground to its end (its failure one line, ``failure(status)``) or
     detached (``follow``: the launch command that follows it)."""
     run_dir = Path(plan.run_dir)
     print(f"run dir: {run_dir}", flush=True)
     if detach:
-        launcher_pid = start_detached(plan, node, record=record, then=then, collect=collect)
+        launcher_pid = start_detached(plan, node, record=record, then=then, collect=collect,
+                                      stop_grace_s=stop_grace_s)
         print(f"started in the background (launcher pid {launcher_pid}); follow it with: python -m launch {follow}")
         return 0
-    outcome = run_node(run_dir, node, record=record, then=then, collect=collect)
+    outcome = run_node(run_dir, node, record=record, then=then, collect=collect, stop_grace_s=stop_grace_s)
     if outcome.cancelled:
         on_cancel()
         raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
@@ -264,6 +268,7 @@ class LocalBackend:
 
     name = "local"
     own_hosts = False
+    forwards_secrets = True
     snapshots = False  # it starts now, from the files as they are
 
     def render(self, plan: LaunchPlan) -> list[str]:

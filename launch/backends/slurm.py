@@ -321,6 +321,7 @@ class SlurmBackend:
 
     own_hosts = False  # the nodes share the submitting folder, the Python and the run folder
     snapshots = True
+    forwards_secrets = True  # the job inherits this environment (sbatch --export=ALL, submitit's pickle)
 
     def __init__(self, name: str, submit_job: Callable[[LaunchPlan], str],
                  render_job: Callable[[LaunchPlan], list[str]],

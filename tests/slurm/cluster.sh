@@ -5,6 +5,12 @@
 #   tests/slurm/cluster.sh start  [STATE]   munged + slurmctld on this host, one slurmd per network namespace
 #   tests/slurm/cluster.sh stop   [STATE]   every daemon, namespace and link it made, gone
 #   tests/slurm/cluster.sh node-start NODE [STATE]   that node's slurmd again (after a test killed it)
+#   tests/slurm/cluster.sh ssh-start [STATE]   one sshd per node (ports 22 and 2222), a key made for it
+#   tests/slurm/cluster.sh ssh-stop  [STATE]   those sshd gone
+#
+# For the ssh tests each node also runs its own sshd (Debian's openssh-server) with a host key and a client
+# key made here, in STATE/ssh; nothing of this machine's own ssh configuration is read or changed. Each
+# node's /srv is its own folder (STATE/srv-NODE, a private bind mount), so a run folder there is that host's.
 #
 # Each node (n1, n2) is a network namespace with its own address on a private bridge, its own hostname (UTS
 # namespace) and its own /etc/hosts (a private bind mount), so a job really spans two hosts. Clients on this
@@ -28,9 +34,11 @@ node_addr() { echo "$SUBNET.$((10 + $1))"; }   # n1 -> .11, n2 -> .12
 install() {
     export DEBIAN_FRONTEND=noninteractive
     # nftables: the tests' firewall rules inside one node's namespace (launch check, a network partition).
-    command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v nft >/dev/null && return 0
+    # openssh: the ssh backend's tests (an sshd per node, the real client here).
+    command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v nft >/dev/null \
+        && [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v scp >/dev/null && return 0
     apt-get update -qq
-    apt-get install -y -qq slurm-wlm munge nftables >/dev/null
+    apt-get install -y -qq slurm-wlm munge nftables openssh-server openssh-client >/dev/null
 }
 
 write_config() {
@@ -131,6 +139,45 @@ start_node() {  # the node's slurmd (again, after a test killed it: node-start N
         "mount --bind '$STATE/hosts-$name' /etc/hosts && hostname $name && exec slurmd -f '$STATE/slurm.conf' -N $name"
 }
 
+ssh_start() {  # an sshd in every node, reachable from here with STATE/ssh/id_ed25519 as root
+    [ -x /usr/sbin/sshd ] || { echo "openssh-server is not installed: $0 install" >&2; exit 3; }
+    local dir=$STATE/ssh i name tries
+    mkdir -p "$dir" /run/sshd "$PIDS"
+    rm -f "$dir"/host_ed25519* "$dir"/id_ed25519*
+    ssh-keygen -q -t ed25519 -N '' -C launch-test-host -f "$dir/host_ed25519"
+    ssh-keygen -q -t ed25519 -N '' -C launch-test-client -f "$dir/id_ed25519"
+    cp "$dir/id_ed25519.pub" "$dir/authorized_keys"
+    chmod 600 "$dir/authorized_keys"
+    : >"$dir/known_hosts"
+    for i in "${!NODES[@]}"; do
+        name=${NODES[$i]}
+        echo "$(node_addr $((i + 1))),[$(node_addr $((i + 1)))]:2222 $(cut -d' ' -f1,2 "$dir/host_ed25519.pub")" >>"$dir/known_hosts"
+        mkdir -p "$STATE/srv-$name"
+        printf '%s\n' "Port 22" "Port 2222" "ListenAddress $(node_addr $((i + 1)))" "HostKey $dir/host_ed25519" \
+            "AuthorizedKeysFile $dir/authorized_keys" "PermitRootLogin prohibit-password" "PasswordAuthentication no" \
+            "KbdInteractiveAuthentication no" "UsePAM no" "StrictModes no" \
+            "Subsystem sftp /usr/lib/openssh/sftp-server" "PidFile $PIDS/sshd-$name.pid" >"$dir/sshd_config-$name"
+        stop_pid "$PIDS/sshd-$name.pid"
+        nsenter --net="/run/netns/$PREFIX-$name" unshare --mount --uts -- sh -c \
+            "mount --bind '$STATE/hosts-$name' /etc/hosts && mount --bind '$STATE/srv-$name' /srv && hostname $name && exec /usr/sbin/sshd -f '$dir/sshd_config-$name' -E '$STATE/log/sshd-$name.log'"
+    done
+    for i in "${!NODES[@]}"; do  # up once it answers
+        for tries in $(seq 1 40); do
+            ssh -i "$dir/id_ed25519" -o IdentitiesOnly=yes -o UserKnownHostsFile="$dir/known_hosts" \
+                -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=2 "root@$(node_addr $((i + 1)))" true \
+                2>/dev/null && break
+            [ "$tries" = 40 ] && { echo "sshd on ${NODES[$i]} did not come up; $STATE/log/sshd-${NODES[$i]}.log" >&2; exit 1; }
+            sleep 0.25
+        done
+    done
+    echo "sshd up on ${NODES[*]}: ssh -i $dir/id_ed25519 -o UserKnownHostsFile=$dir/known_hosts root@$(node_addr 1)"
+}
+
+ssh_stop() {
+    local name
+    for name in "${NODES[@]}"; do stop_pid "$PIDS/sshd-$name.pid"; done
+}
+
 wait_until_idle() {
     local tries
     for tries in $(seq 1 60); do
@@ -173,6 +220,7 @@ stop_leftovers() {  # every daemon, namespace and link of a test cluster, whiche
         ns="$PREFIX-$name"
         [ -f "$PIDS/slurmd-$name.pid" ] && found=1
         stop_pid "$PIDS/slurmd-$name.pid"
+        stop_pid "$PIDS/sshd-$name.pid"
         # Anything still running in the node (a job step's processes) goes with it.
         if ip netns list | grep -qw "$ns"; then
             for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
@@ -193,5 +241,7 @@ case ${1:-} in
     start) start ;;
     stop) stop ;;
     node-start) STATE=${3:-/tmp/launch-slurm}; start_node "$2" ;;
-    *) echo "usage: $0 install|start|stop [STATE_DIR] | node-start NODE [STATE_DIR]" >&2; exit 2 ;;
+    ssh-start) ssh_start ;;
+    ssh-stop) ssh_stop ;;
+    *) echo "usage: $0 install|start|stop|ssh-start|ssh-stop [STATE_DIR] | node-start NODE [STATE_DIR]" >&2; exit 2 ;;
 esac
