@@ -22,10 +22,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from launch.host_guard import GRACE_S, HEARTBEAT_S
+from launch.host_guard import GRACE_S, HEARTBEAT_S, say
 from launch.layout import write_json_atomic
 from launch.secrets import MIN_MASKED_LENGTH, scrub, secret_values
 
@@ -157,18 +158,11 @@ def main(spec_path: str) -> int:
     if first is None:
         return 128 + signal.SIGTERM
     status = first.status or 1
-    _say(f"launch: {first.host}: " + (f"ssh failed ({first.said[-1] if first.said else 'no word from ssh'})"
+    say(f"launch: {first.host}: " + (f"ssh failed ({first.said[-1] if first.said else 'no word from ssh'})"
                                       if status == SSH_FAILED else
                                       f"the node's command ended with exit status {status}")
          + "; the other hosts were stopped")
     return status
-
-
-def _say(text: str) -> None:
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _stop_all(connections: list[Connection]) -> None:
@@ -180,8 +174,7 @@ def _stop_all(connections: list[Connection]) -> None:
     while time.monotonic() < deadline and any(c.status is None for c in connections):
         time.sleep(0.2)
     lingering = [c for c in connections if c.status is None]
-    with ThreadPoolExecutor(max_workers=max(1, len(lingering))) as pool:
-        list(pool.map(lambda c: _run(c.stop_argv), lingering))  # the run's processes killed over new connections
+    run_all([c.stop_argv for c in lingering], STOP_TIMEOUT_S)  # the run's processes killed over new connections
     for connection in lingering:
         if connection.process is not None and connection.process.poll() is None:
             connection.process.terminate()
@@ -198,25 +191,31 @@ def _record(run_dir: Path, connections: list[Connection], first: Connection | No
         for c in connections]})
 
 
-def _run(argv: list[str], timeout: float = STOP_TIMEOUT_S) -> subprocess.CompletedProcess[str] | None:
+def run_captured(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """A command run here with its output captured; None when it could not start or ran out of time."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def run_all(argvs: Sequence[Sequence[str]], timeout: float,
+            width: int | None = None) -> list[subprocess.CompletedProcess[str] | None]:
+    """Commands run at once (``width`` at a time, or all), one per host: their outcomes in order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(width or len(argvs), len(argvs)))) as pool:
+        return list(pool.map(lambda argv: run_captured(argv, timeout), argvs))
 
 
 def _run_steps(steps: list[list[str]], *, timeout: float) -> None:
     """Steps after the job, at once (one per host); a failure is reported, unless it only says that a file the
     job did not write is missing."""
-    with ThreadPoolExecutor(max_workers=max(1, len(steps))) as pool:
-        done = list(pool.map(lambda argv: _run(argv, timeout), steps))
-    for argv, result in zip(steps, done):
+    for argv, result in zip(steps, run_all(steps, timeout)):
         if result is not None and result.returncode == 0:
             continue
         said = [] if result is None else [line for line in result.stderr.splitlines() if line.strip()]
         if said and all("No such file" in line for line in said):
             continue
-        _say(f"launch: warning: {shlex.join(argv[:1])} ... {argv[-1]} failed"
+        say(f"launch: warning: {shlex.join(argv[:1])} ... {argv[-1]} failed"
              + (f" ({said[-1]})" if said else " (timed out)" if result is None else ""))
 
 

@@ -72,11 +72,11 @@ class _Guard:
                 return
             self._started = True
         threading.Thread(target=_stop, args=(self.child, self.run_dir), daemon=True).start()
-        _say(f"launch.host_guard: {why}; stopping the run's processes on this host")
+        say(f"launch.host_guard: {why}; stopping the run's processes on this host")
 
 
-def _say(text: str) -> None:
-    """A line on stderr, where the connection may be gone already."""
+def say(text: str) -> None:
+    """A line on stderr, where the connection (or the terminal) may be gone already."""
     try:
         print(text, file=sys.stderr, flush=True)
     except (OSError, ValueError):

@@ -13,7 +13,7 @@ from pathlib import Path
 from launch import backends, runs
 from launch.backends import State, local
 from launch.errors import SubmitError
-from launch.fanout import HOSTS_RECORD, STOP_GRACE_S
+from launch.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
 from launch.plan import LaunchPlan
 from launch.render import file_lines, node_lines
 from launch.remote_shell import FOLDER_PRESENT
@@ -24,6 +24,8 @@ REACH_TIMEOUT_S = CONNECT_TIMEOUT_S + 50  # connecting, then importing launch on
 SHIP_TIMEOUT_S = 1800  # the snapshot onto a host (up to snapshot.LIMIT_BYTES)
 CANCEL_WAIT_S = STOP_GRACE_S + 10  # for the launcher to stop every host and fetch their logs
 SYNC_EVERY_S = 2.0  # logs --follow: how often the hosts' logs are fetched
+FETCH_TIMEOUT_S = 120  # a host's logs fetched, or its processes stopped, from here
+AT_ONCE = 32  # hosts reached at the same time from here
 
 # What ssh says when it cannot reach a host, and what that means for the user (OpenSSH's own words).
 _SSH_PROBLEMS = (
@@ -67,13 +69,6 @@ def why_unreachable(node: SshNode, done: subprocess.CompletedProcess[str] | None
     return f"{node.host}: {python} in {folder} cannot import launch ({said})"
 
 
-def _run(argv: tuple[str, ...], timeout: float) -> subprocess.CompletedProcess[str] | None:
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
 def preflight(plan: LaunchPlan) -> None:
     """Every host answers, lets us in, knows its key, and has the project folder and a Python that imports
     launch: checked at once on all of them, before anything is written or started."""
@@ -82,8 +77,7 @@ def preflight(plan: LaunchPlan) -> None:
             raise SubmitError(f"{tool}: not found on PATH; launch reaches ssh hosts with the OpenSSH client",
                               "install it (Debian/Ubuntu: apt-get install openssh-client)")
     nodes = _job(plan).nodes
-    with ThreadPoolExecutor(max_workers=min(32, len(nodes))) as pool:
-        outcomes = list(pool.map(lambda node: _run(node.reach_argv, REACH_TIMEOUT_S), nodes))
+    outcomes = run_all([node.reach_argv for node in nodes], REACH_TIMEOUT_S, width=AT_ONCE)
     problems = [problem for node, done in zip(nodes, outcomes) if (problem := why_unreachable(node, done))]
     if problems:
         raise SubmitError(f"{plan.profile.source}: cannot run on " + "; ".join(problems),
@@ -104,22 +98,27 @@ def ship(job: SshJob) -> None:
     pack, *per_host = job.before_argv
     _step_or_fail(pack)
     pairs = [per_host[index:index + 2] for index in range(0, len(per_host), 2)]
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(pairs)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(AT_ONCE, len(pairs)))) as pool:
         list(pool.map(lambda steps: [_step_or_fail(step) for step in steps], pairs))
 
 
 def _step_or_fail(argv: tuple[str, ...]) -> None:
-    done = _run(argv, SHIP_TIMEOUT_S)
+    done = run_captured(argv, SHIP_TIMEOUT_S)
     if done is None or done.returncode:
         said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1] if done else "timed out"
         raise SubmitError(f"{shlex.join(argv[:1])} ... {argv[-2] if len(argv) > 1 else ''}: failed ({said})")
 
 
+def _first_failed_host(run_dir: Path) -> dict[str, object] | None:
+    """hosts.json's record of the host whose connection ended with a failure first, if any."""
+    record = runs.read_json(run_dir / HOSTS_RECORD) or {}
+    return next((host for host in record.get("hosts", []) if host.get("host") == record.get("first_failure")), None)
+
+
 def failure(run_dir: Path, status: int) -> str:
     """The rank that failed first, from the rank records fetched back from the hosts; else the host whose
     connection failed first, in ssh's words."""
-    record = runs.read_json(run_dir / HOSTS_RECORD) or {}
-    first = next((host for host in record.get("hosts", []) if host.get("host") == record.get("first_failure")), None)
+    first = _first_failed_host(run_dir)
     lost = first is not None and first.get("ssh_failed")  # its ranks' records may never have come back
     if runs.first_failure(run_dir) is not None and not lost:
         return runs.failure_message(run_dir, status)
@@ -143,9 +142,7 @@ def _argvs(state: State, key: str) -> list[tuple[str, ...]]:
 
 def fetch_logs(state: State) -> None:
     """Every host's rank logs (and check reports) copied into the run folder here, as they are now."""
-    argvs = _argvs(state, "collect_argv")
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(argvs)))) as pool:
-        list(pool.map(lambda argv: _run(argv, 120), argvs))
+    run_all(_argvs(state, "collect_argv"), FETCH_TIMEOUT_S, width=AT_ONCE)
 
 
 def stop_on_hosts(state: State) -> None:
@@ -153,8 +150,7 @@ def stop_on_hosts(state: State) -> None:
     argvs = _argvs(state, "stop_argv")
     if not argvs:
         raise SubmitError("this run's state does not say how to reach its hosts", "see its plan.txt")
-    with ThreadPoolExecutor(max_workers=min(32, len(argvs))) as pool:
-        outcomes = list(pool.map(lambda argv: _run(argv, 120), argvs))
+    outcomes = run_all(argvs, FETCH_TIMEOUT_S, width=AT_ONCE)
     hosts = [str(host) for host in state.get("hosts") or []] or [shlex.join(argv[-2:-1]) for argv in argvs]
     failed = [host for host, done in zip(hosts, outcomes) if done is None or done.returncode]
     if failed:
@@ -202,9 +198,7 @@ class SshBackend:
 
     def status(self, run_dir: Path, state: State) -> State:
         state = local.current_status(run_dir, state)
-        record = runs.read_json(run_dir / HOSTS_RECORD) or {}
-        first = next((host for host in record.get("hosts", []) if host.get("host") == record.get("first_failure")),
-                     None)
+        first = _first_failed_host(run_dir)
         if state.get("status") == "failed" and first is not None and first.get("ssh_failed"):
             said = (first.get("said") or ["no word from ssh"])[-1]
             state = {**state, "detail": f"the connection to {first['host']} failed first: {said}"}
