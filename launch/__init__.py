@@ -4,4 +4,8 @@ A cluster profile plus a strategy becomes a plan (``launch.plan``); ``render`` p
 hands exactly that plan to a backend. Importing this package imports no torch.
 """
 
+from launch import phases as _phases
+
 __version__ = "0.1.0"
+
+_phases.mark("interpreter")  # the start-up phases of a job's process begin here (launch.phases)

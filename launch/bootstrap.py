@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import NoReturn
 
-from launch import job, worker
+from launch import job, phases, worker
 from launch.layout import REQUEUED, read_json, write_json_atomic
 from launch.rendezvous import port_for_job
 from launch.slurm_state import job_state
@@ -73,6 +73,7 @@ class Bootstrap:
     port: int | None
 
     def __call__(self) -> int:
+        phases.mark("unpickling")
         import submitit
 
         task = submitit.JobEnvironment()

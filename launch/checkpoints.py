@@ -3,12 +3,19 @@
 ``checkpoints/latest.json`` names the last complete checkpoint. It is replaced atomically, only after the
 checkpoint it names is whole, so a job killed at any moment leaves either the old pointer or the new one.
 Used by the job (``launch.job``, the examples in ``train/``) and read by the launcher (resubmissions).
+
+Checkpoints can be written in the background (``Writer``): one write at a time per process, in a thread of
+its own. Each rank marks its part written in the staged folder; the main process publishes once every rank
+that writes has marked its part.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,3 +76,79 @@ def _prune(folder: Path, *, keep: Path) -> None:
     complete = sorted(path for path in folder.glob("step-*") if path.is_dir() and path != keep)
     for old in complete[:max(0, len(complete) - (KEEP - 1))]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# --- background writes -------------------------------------------------------------------------------------
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint written in the background could not be completed; the previous one stays in force."""
+
+
+def mark_written(staged: Path, rank: int) -> None:
+    """Say that ``rank`` has written its whole part of the staged checkpoint."""
+    (staged / f".written-rank-{rank}").touch()
+
+
+def await_written(staged: Path, ranks: Iterable[int], *, timeout_s: float, poll_s: float = 0.01) -> None:
+    """Wait until each of ``ranks`` has marked its part of ``staged`` written, then remove the marks."""
+    marks = [staged / f".written-rank-{rank}" for rank in ranks]
+    deadline = time.monotonic() + timeout_s
+    while missing := [mark for mark in marks if not mark.exists()]:
+        if time.monotonic() > deadline:
+            ranks_missing = ", ".join(mark.name.rsplit("-", 1)[1] for mark in missing)
+            raise CheckpointWriteError(f"{staged}: rank(s) {ranks_missing} did not finish writing their part "
+                                       f"within {timeout_s:.0f} s; every host must share the run folder")
+        time.sleep(poll_s)
+    for mark in marks:
+        mark.unlink()
+
+
+WRITER_NICENESS = 10  # added to the writer thread's: training threads go first where the cores are busy
+
+
+def _yield_to_training() -> None:
+    """Lower this thread's scheduling priority (Linux schedules threads one by one); elsewhere nothing."""
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + WRITER_NICENESS)
+    except (AttributeError, OSError):
+        pass
+
+
+class Writer:
+    """This process's checkpoint writes, in a background thread, at most one in flight."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._what = ""
+
+    def start(self, write: Callable[[], None], *, what: str) -> None:
+        """Run ``write`` in the background, once the write in flight (if any) has finished."""
+        self.wait()
+        self._what = what
+        self._thread = threading.Thread(target=self._run, args=(write,), name="launch-checkpoint-writer",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            _yield_to_training()
+            write()
+        except BaseException as failure:  # noqa: BLE001 - raised in the training thread by wait()
+            self._failure = failure
+
+    @property
+    def in_flight(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Until the write in flight is done; its failure, if any, is raised here."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            if isinstance(failure, CheckpointWriteError):
+                raise failure
+            raise CheckpointWriteError(f"{self._what}: {type(failure).__name__}: {failure}") from failure

@@ -23,16 +23,17 @@ torch's variables alone: one process, no run folder. Importing this module impor
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from launch import checkpoints, ranklog
+from launch import checkpoints, phases, ranklog
 from launch.layout import METRICS, latest_checkpoint
 from launch.secrets import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, scrub_data, secret_values
 
@@ -129,25 +130,171 @@ def resume_from() -> Path | None:
 
 
 @contextmanager
-def save_checkpoint(step: int, **record: Any) -> Iterator[Path]:  # noqa: ANN401 - JSON-like values
+def save_checkpoint(step: int, *, background: bool = False, run_dir: str | Path | None = None,
+                    **record: Any) -> Iterator[Path]:  # noqa: ANN401 - JSON-like values
     """The folder to write the checkpoint of ``step`` into: call it on every rank, at the same step; each
     writes what it owns (often only the main process writes). When every rank has left the block without an
     error, the main process renames the folder into place and it becomes the one ``resume_from`` returns. A
-    process killed while writing leaves the previous checkpoint in force. ``record`` adds fields to
-    checkpoints/latest.json."""
+    process killed while writing leaves the previous checkpoint in force. ``record``: ``epoch``,
+    ``batches_in_epoch``, ``strategy`` and ``world_size`` for checkpoints/latest.json; ``run_dir``: where, when
+    the job was not started by launch.
+
+    ``background=True``: the folder is in memory (``/dev/shm``, where it has room for twice this rank's last
+    checkpoint; the first goes straight to the run folder), and what is written there is moved into the run
+    folder and published in a background thread while training goes on; at most one write is in flight (the
+    next call waits for it). ``wait_for_checkpoints()`` waits for it, as launch does when the code ends."""
     me = info()
-    if me.run_dir is None:
+    root = Path(run_dir) if run_dir else me.run_dir
+    if root is None:
         raise RuntimeError(f"save_checkpoint: {RUN_DIR} is not set; start the job with launch")
-    staged = checkpoints.staging_path(me.run_dir, step)
+    position = checkpoints.Position(step=step, epoch=record.pop("epoch", 1),
+                                    batches_in_epoch=record.pop("batches_in_epoch", 0))
+    strategy, world_size = record.pop("strategy", "script"), record.pop("world_size", me.world_size)
+    _writer.wait()  # at most one write in flight
+    staged = checkpoints.staging_path(root, step)
     if me.is_main:
-        checkpoints.stage(me.run_dir, step)
+        checkpoints.stage(root, step)
     _barrier()  # nobody writes into a folder the main process is still clearing
-    yield staged
-    _barrier()  # every rank's part is written
+    if not background:
+        yield staged
+        _barrier()  # every rank's part is written
+        if me.is_main:
+            checkpoints.publish(root, staged, position, strategy=strategy, world_size=world_size)
+        _barrier()  # nobody runs ahead of a checkpoint that is not yet in place
+        return
+    memory = _memory_folder(step)
+    try:
+        yield memory or staged
+    except BaseException:
+        if memory is not None:
+            shutil.rmtree(memory, ignore_errors=True)
+        raise
+    writers = _gathered(memory is None or any(memory.iterdir()))  # every rank's block is done
+
+    def write() -> None:
+        _memory_sizes.append(_size(memory or staged))  # the whole staged folder: all ranks' parts (an upper bound)
+        if memory is not None:
+            for entry in memory.iterdir():
+                shutil.move(entry, staged / entry.name)
+            shutil.rmtree(memory, ignore_errors=True)
+        _finish_write(root, staged, position, strategy=strategy, world_size=world_size, writers=writers)
+
+    _writer.start(write, what=f"the checkpoint of step {step}")
+
+
+def save_checkpoint_in_background(step: int, files: Mapping[str, Any], *, epoch: int = 1,  # noqa: ANN401
+                                  batches_in_epoch: int = 0, strategy: str = "script",
+                                  run_dir: str | Path | None = None) -> None:
+    """Checkpoint ``step`` without stopping training for the disk: call it on every rank at the same step,
+    each with the files it owns (``{"state.pt": state}``, torch.save'd; ``{}`` for none). The tensors in them
+    are copied to the CPU now; the files are written, and the checkpoint published, in a background thread
+    while training goes on. At most one write is in flight: the next call waits for the one before. A process
+    killed in the middle of a write leaves the previous checkpoint the one ``resume_from`` returns.
+    ``epoch`` and ``batches_in_epoch`` go to checkpoints/latest.json with ``step``; ``run_dir``: where, when
+    the job was not started by launch."""
+    me = info()
+    root = Path(run_dir) if run_dir else me.run_dir
+    if root is None:
+        raise RuntimeError(f"save_checkpoint_in_background: {RUN_DIR} is not set; start the job with launch")
+    import torch
+
+    _writer.wait()  # at most one write in flight; its failure is raised here
+    position = checkpoints.Position(step=step, epoch=epoch, batches_in_epoch=batches_in_epoch)
     if me.is_main:
-        checkpoints.publish(me.run_dir, staged, checkpoints.Position(step=step), **{
-            "strategy": record.pop("strategy", "script"), "world_size": record.pop("world_size", me.world_size)})
-    _barrier()  # nobody runs ahead of a checkpoint that is not yet in place
+        checkpoints.stage(root, step)
+    writers = _gathered(bool(files))  # and nobody writes into a folder the main process is still clearing
+    staged = checkpoints.staging_path(root, step)
+    snapshot = {name: _copied(value) for name, value in files.items()}
+
+    def write() -> None:
+        for name, value in snapshot.items():
+            torch.save(value, staged / name)
+        _finish_write(root, staged, position, strategy=strategy, world_size=me.world_size, writers=writers)
+
+    _writer.start(write, what=f"the checkpoint of step {step}")
+
+
+def wait_for_checkpoints() -> None:
+    """Until this process's checkpoint write in flight is written and, on the main process, published; then a
+    barrier, so that no rank goes on (or stops) before the checkpoint is in place. Call it on every rank."""
+    _writer.wait()
+    _barrier()
+
+
+def flush_checkpoints() -> None:
+    """Until this process's checkpoint write in flight is done, without a barrier: what launch does when the
+    code ends, so that a last checkpoint written in the background is never cut short."""
+    _writer.wait()
+
+
+MEMORY_PREFIX = "launch-checkpoint-"  # then the writing process's pid: /dev/shm/launch-checkpoint-PID-step-N-*
+_writer = checkpoints.Writer()
+_memory_sizes: list[int] = []  # bytes this rank wrote into memory for each background checkpoint so far
+
+
+def _finish_write(run_dir: Path, staged: Path, position: checkpoints.Position, *, strategy: str, world_size: int,
+                  writers: list[bool]) -> None:
+    """In the writer thread, once this rank's part is in ``staged``: mark it; the main process waits for every
+    rank that writes, then publishes."""
+    me = info()
+    if writers[me.rank] and not me.is_main:
+        checkpoints.mark_written(staged, me.rank)
+    if me.is_main:
+        checkpoints.await_written(staged, [rank for rank, writes in enumerate(writers) if writes and rank],
+                                  timeout_s=float(me.rendezvous_timeout_s or 600))
+        checkpoints.publish(run_dir, staged, position, strategy=strategy,
+                            world_size=world_size)
+
+
+def _memory_folder(step: int) -> Path | None:
+    """A new folder in /dev/shm for this rank's part of the checkpoint of ``step``, where it has room for twice
+    the last one this rank wrote; None for the first checkpoint (its size is not known yet) or no room. Folders
+    left there by processes that died (memory, until removed) are removed first."""
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if not _memory_sizes:
+        return None
+    for left in shm.glob(f"{MEMORY_PREFIX}*"):
+        owner = left.name[len(MEMORY_PREFIX):].split("-")[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(left, ignore_errors=True)
+    try:
+        room = shutil.disk_usage(shm).free
+    except OSError:
+        return None
+    if room < 2 * _memory_sizes[-1] + (1 << 20):
+        return None
+    return Path(tempfile.mkdtemp(prefix=f"{MEMORY_PREFIX}{os.getpid()}-step-{step}-", dir=shm))
+
+
+def _size(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def _copied(value: Any) -> Any:  # noqa: ANN401 - a state: tensors inside dicts, lists, tuples
+    """A copy of ``value`` that training cannot change any more: tensors copied to the CPU, the rest deep-copied."""
+    import copy
+
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return type(value)((key, _copied(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_copied(item) for item in value)
+    return copy.deepcopy(value)
+
+
+def _gathered(flag: bool) -> list[bool]:
+    """``flag`` from every rank, in rank order (a collective on the default group, where the code made one)."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is None or not (distributed.is_available() and distributed.is_initialized()):
+        return [flag]
+    every: list[Any] = [None] * distributed.get_world_size()
+    distributed.all_gather_object(every, flag)
+    return [bool(value) for value in every]
 
 
 def _barrier() -> None:
@@ -271,12 +418,23 @@ def should_stop(device: Any = None) -> bool:  # noqa: ANN401 - a torch.device
     return agreed_stop(device) is not None
 
 
+# --- start-up ----------------------------------------------------------------------------------------------
+
+def phase_done(name: str) -> None:
+    """Mark that the start-up phase ``name`` (say "data", "model", "first_step") ended now. The rank record
+    (``logs/rank-N.json``) keeps how long each phase took, in ``phases``, so a slow or stuck start shows where
+    it stands. Marking a phase again changes nothing."""
+    phases.mark(name)
+    ranklog.refresh_running()
+
+
 # --- the end ----------------------------------------------------------------------------------------------
 
 def exit(status: int = 0) -> NoReturn:  # noqa: A001 - job.exit, as sys.exit
     """End this process with ``status`` and no interpreter teardown, where gloo's threads can abort a process
     that has finished its work ("terminate called without an active exception", pytorch/pytorch#190489).
     Under launch's worker the rank's log and record are completed first."""
+    flush_checkpoints()
     if ranklog.capturing():
         raise SystemExit(status)  # the worker completes the log, then ends the process the same way
     sys.stdout.flush()

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from launch import phases
 from launch.layout import rank_state_path, read_json, write_json_atomic
 from launch.secrets import scrub, secret_values
 
@@ -191,7 +192,7 @@ def record_rank(run_dir: str | Path | None, rank: int, status: str, error: BaseE
         return
     note = {"rank": rank, "host": socket.gethostname(), "pid": pid or os.getpid(), "status": status,
             "time": time.time(), "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            **facts}
+            **_start_up(), **facts}
     if error is not None:
         reason = f"{type(error).__name__}: {error}".splitlines()[0][:500]
     if reason:
@@ -199,8 +200,23 @@ def record_rank(run_dir: str | Path | None, rank: int, status: str, error: BaseE
     path = rank_state_path(run_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, note)
+    global _running
+    _running = (run_dir, rank, note["pid"]) if status == "running" else None
 
 
+def refresh_running() -> None:
+    """Rewrite this process's record while it runs (its start-up phases so far), if it keeps one."""
+    if _running is not None and _running[2] == os.getpid():
+        record_rank(_running[0], _running[1], "running")
+
+
+def _start_up() -> dict[str, Any]:
+    """When this process started and how long each start-up phase took, once any was marked."""
+    taken = phases.durations()
+    return {"process_started_at": phases.started_at(), "phases": taken} if taken else {}
+
+
+_running: tuple[str | Path, int, int] | None = None  # the record this process last marked running, and its pid
 _console: Console | None = None  # the main rank's terminal, while its output is captured
 _capturing = False  # this process's output is being copied into its rank log
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
-from launch import job, oom, ranklog
+from launch import job, oom, phases, ranklog
 from launch.layout import rank_log_path
 from launch.lifetime import die_with_parent
 from launch.secrets import secret_values
@@ -116,6 +116,7 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
             except ProcessLookupError:
                 pass
 
+    phases.mark("launch")
     previous = {sig: signal.getsignal(sig) for sig in (*FORWARDED, signal.SIGCHLD)}
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would lose the child's exit status
     parent = os.getpid()
@@ -186,7 +187,8 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
         status, reason = "failed", describe_signal(ending.signum, ending.oom)
     else:
         status, reason = "failed", f"exited with status {ending.exit_code}"
-    ranklog.record_rank(run_dir, rank, status, reason=reason, pid=child, exit_code=ending.shell_status,
+    start_up = {key: said[key] for key in ("process_started_at", "phases") if key in said}  # as far as it got
+    ranklog.record_rank(run_dir, rank, status, reason=reason, pid=child, exit_code=ending.shell_status, **start_up,
                         **({"signal": signal.Signals(ending.signum).name} if ending.signum else {}),
                         **(after if status == "failed" else {}), **facts)
     return status
@@ -204,12 +206,13 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
     terminal), its end recorded; returns its exit status. Exceptions end here, their traceback in the log."""
     me = job.info()
     if me.run_dir is None:
-        return _exit_status(run)
+        return _exit_status(run)  # no run folder: nothing to checkpoint into
     ranklog.record_rank(me.run_dir, rank, "running")
     with ranklog.rank_output(rank_log_path(me.run_dir, rank), echo=rank == 0,
                              secrets=secret_values(os.environ)):
         try:
             code = _exit_status(run)
+            job.flush_checkpoints()  # a checkpoint still being written in the background is finished first
         except job.StopRequested as request:
             ranklog.record_rank(me.run_dir, rank, "stopped", request, exit_code=0)
             print(f"{request}; the job continues from it when it runs again", flush=True)

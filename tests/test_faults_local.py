@@ -23,8 +23,9 @@ pytestmark = pytest.mark.e2e
 TRAIN = ["--max-steps", "90", "--checkpoint-every", "10", "--seed", "3", "--log-every", "10"]
 
 
-def _submit_args(run_dir: Path, *extra: str) -> list[str]:
-    return ["submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir), *extra, "--", *TRAIN]
+def _submit_args(run_dir: Path, *extra: str, strategy: str = "ddp") -> list[str]:
+    return ["submit", "--profile", "local-cpu", "--strategy", strategy, "--run-dir", str(run_dir), *extra, "--",
+            *TRAIN]
 
 
 def _checkpoint_step(run_dir: Path) -> int:
@@ -75,6 +76,20 @@ def test_a_killed_run_resubmitted_ends_with_the_same_steps_and_parameters(uninte
     evals = [json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
              if json.loads(line)["kind"] == "eval"]
     assert evals == [1, 2], "every epoch evaluated once, none repeated"
+
+
+def test_accelerate_killed_and_resubmitted_ends_with_the_parameters_of_an_uninterrupted_run(
+        tmp_path: Path) -> None:
+    """Accelerate's save_state goes to memory and is moved to the run folder in the background."""
+    straight, run_dir = tmp_path / "straight", tmp_path / "run"
+    assert run_cli(*_submit_args(straight, strategy="accelerate")).returncode == 0
+    assert run_cli(*_submit_args(run_dir, "--detach", strategy="accelerate")).returncode == 0
+    _kill_rank_once_checkpointed(run_dir, rank=0, step=30)
+    assert _wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    again = run_cli(*_submit_args(run_dir, strategy="accelerate"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert 30 <= _result(run_dir)["resumed_from_step"] < 90
+    assert _result(run_dir)["param_digests"] == _result(straight)["param_digests"]
 
 
 def test_resuming_from_an_epoch_end_or_from_the_last_step_trains_no_step_twice(uninterrupted: dict,  # type: ignore[type-arg]
@@ -296,3 +311,35 @@ def test_ranks_that_see_different_checkpoints_fail_together_instead_of_hanging(t
                        nprocs=2, start_method="spawn", join=True)
     seen = dict(errors.get(timeout=30) for _ in range(2))
     assert all("the ranks see different checkpoints (rank 0: step 5, rank 1: none)" in seen[rank] for rank in (0, 1))
+
+
+def test_a_rank_killed_in_the_middle_of_a_background_write_leaves_the_previous_checkpoint_in_use(
+        tmp_path: Path) -> None:
+    """Rank 0 writes 300 MB at every step in the background; it is SIGKILLed while its state.pt is half written.
+    The checkpoint before it stays the one latest.json names, and the run resumes from it."""
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    launch = ["submit", "--profile", "local-cpu", "--script", str(ROOT / "tests" / "user_code" / "big_checkpoint.py"),
+              "--run-dir", str(run_dir)]
+    train = ["--", str(out), "--steps", "8", "--megabytes", "300"]
+    assert run_cli(*launch, "--detach", *train).returncode == 0
+    full_size = 300 * 2**20
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, "no write in flight was seen after a published checkpoint"
+        partial = [staged / "state.pt" for staged in (run_dir / "checkpoints").glob(".step-*.tmp")
+                   if (staged / "state.pt").is_file()]
+        if _checkpoint_step(run_dir) >= 1 and partial and 0 < partial[0].stat().st_size < full_size:
+            os.kill(json.loads((run_dir / "logs" / "rank-0.json").read_text())["pid"], signal.SIGKILL)
+            break
+        time.sleep(0.002)
+    killed_step = int(partial[0].parent.name.split("-")[1].split(".")[0])
+    assert _wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    assert partial[0].stat().st_size < full_size, "the write was cut short"
+    published = _checkpoint_step(run_dir)
+    assert published == killed_step - 1, "the checkpoint before the cut write is the one in use"
+
+    again = run_cli(*launch, *train)  # the same plan, into the same folder: it continues
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resumed from step {published}" in (run_dir / "logs" / "rank-0.log").read_text()
+    assert json.loads((out / "done.json").read_text()) == {"steps": 8, "resumed_from": published}
+    assert not list((run_dir / "checkpoints").glob(".step-*.tmp")), "the cut write's folder is cleared"

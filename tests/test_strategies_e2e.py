@@ -72,6 +72,19 @@ def test_trainer_runs_distributed(runs) -> None:  # type: ignore[no-untyped-def]
     assert _result(run_dir)["parallel_mode"] == "distributed"
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "accelerate", "trainer"])
+def test_each_rank_records_how_long_each_phase_of_its_start_took(runs, strategy: str) -> None:  # type: ignore[no-untyped-def]
+    run_dir, _ = runs[strategy]
+    for rank in (0, 1):
+        record = json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text())
+        names = [name for name, _ in record["phases"]]
+        assert names == ["interpreter", "launch", "imports", "process_group", "data", "model", "first_step"], names
+        assert all(seconds is not None and 0 <= seconds < 120 for _, seconds in record["phases"])
+        if rank == 0:
+            reached = record["process_started_at"] + sum(seconds for _, seconds in record["phases"])
+            assert abs(reached - _result(run_dir)["first_step_at"]) < 0.1, "the phases add up to the first step"
+
+
 def test_three_strategies_and_one_process_reach_the_same_accuracy(runs) -> None:  # type: ignore[no-untyped-def]
     for name, (_, completed) in runs.items():
         assert completed.returncode == 0, (name, completed.stderr[-2000:])

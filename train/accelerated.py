@@ -86,8 +86,15 @@ def _train_epoch(epoch: int, first_batch: int, accelerator, model: torch.nn.Modu
 
 def _save(accelerator, args: TrainArgs, position: Position) -> None:  # type: ignore[no-untyped-def]
     """Every process writes its part (``save_state``: model, optimizer, its RNG states, the sampler) into one
-    staged folder; the main process then publishes it."""
+    staged folder; the main process then publishes it. By default each writes into memory, and the files go
+    to the run folder in the background."""
     if not args.run_dir:
+        return
+    if not (args.sync_checkpoints or accelerator.device.type == "xla"):  # XLA's processes are not torch's ranks
+        with job.save_checkpoint(position.step, background=True, run_dir=args.run_dir, epoch=position.epoch,
+                                 batches_in_epoch=position.batches_in_epoch, strategy=STRATEGY,
+                                 world_size=accelerator.num_processes) as folder:
+            accelerator.save_state(str(folder))  # into memory; moved to the run folder in the background
         return
     if accelerator.is_main_process:
         checkpoint.stage(args.run_dir, position.step)
@@ -128,8 +135,10 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     from accelerate.utils import set_seed
 
     accelerator = _accelerator(args, env)
+    job.phase_done("process_group")
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=accelerator.is_main_process,
                          barrier=accelerator.wait_for_everyone)
+    job.phase_done("data")
     reporter.say(f"accelerate: {accelerator.distributed_type.value}, world size {accelerator.num_processes} on "
                  f"{env.num_nodes} node(s), device {accelerator.device}, data: {data.description}")
     set_seed(args.seed)
@@ -141,6 +150,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     progress = Progress(total_steps=args.max_steps or args.epochs * len(train_loader))
     epochs = math.ceil(progress.total_steps / len(train_loader))
     start = _resume(accelerator, args, reporter)
+    job.phase_done("model")  # prepared and resumed
 
     def run_epoch(epoch: int, first_batch: int) -> tuple[float, Position]:
         train_loader.set_epoch(epoch)

@@ -35,6 +35,7 @@ class TrainArgs:
     seed: int = 0
     log_every: int = 20
     checkpoint_every: int | None = None  # steps; a run folder also gets one at the end of every epoch
+    sync_checkpoints: bool = False  # write checkpoints while training waits (default: in the background)
     resume: bool = False  # continue from the run folder's last complete checkpoint, if it has one
     run_dir: str | None = None
     device: str = "auto"
@@ -101,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=_seed)
     parser.add_argument("--log-every", type=_positive_int)
     parser.add_argument("--checkpoint-every", type=_positive_int)
+    parser.add_argument("--sync-checkpoints", action="store_const", const=True)
     parser.add_argument("--resume", action="store_const", const=True)
     parser.add_argument("--run-dir")
     parser.add_argument("--device", choices=DEVICES)

@@ -142,6 +142,7 @@ def train_epochs(start: Position, *, epochs: int, steps_per_epoch: int, progress
         evaluated = evaluate()
         save(normalised(reached, steps_per_epoch))
         reporter.epoch_end(epoch, progress.step, train_loss, *evaluated)
+    job.wait_for_checkpoints()  # the last one, written in the background, in place before the result
     return train_loss, evaluated or evaluate()
 
 
@@ -153,4 +154,5 @@ def after_step(position: Position, *, every: int | None, device: torch.device,
     if signum is not None or (every and position.step % every == 0):
         save(position)
     if signum is not None:
+        job.wait_for_checkpoints()  # in place on every rank's side before any process ends
         raise job.StopRequested(position.step, signum)

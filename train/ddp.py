@@ -109,10 +109,19 @@ class _Loop:
     reporter: Reporter
 
     def save(self, position: Position) -> None:
-        """Every rank's RNG state gathered, then one file written by rank 0 and published atomically."""
+        """Every rank's RNG state gathered, then one file written by rank 0 and published atomically: in the
+        background (the state copied now, written while training goes on), or here with --sync-checkpoints
+        and on XLA (whose processes are not ranks of torch's contract)."""
         if not self.args.run_dir:
             return
         states = all_gather_objects(rng_state(self.device))
+        if not (self.args.sync_checkpoints or self.device.type == "xla"):
+            state = {"model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "position": asdict(position), "rng": states}
+            job.save_checkpoint_in_background(position.step, {STATE_FILE: state} if self.env.is_main else {},
+                                              epoch=position.epoch, batches_in_epoch=position.batches_in_epoch,
+                                              strategy=STRATEGY, run_dir=self.args.run_dir)
+            return
         if self.env.is_main:
             staged = checkpoint.stage(self.args.run_dir, position.step)
             torch.save(to_cpu({"model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -171,6 +180,7 @@ def _all_digests(model: torch.nn.Module) -> list[str]:
 
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
     device = _start(args, env)
+    job.phase_done("process_group")
     try:
         return _train(args, env, reporter, device)
     finally:
@@ -181,6 +191,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
 def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.device) -> dict[str, object]:
     barrier = dist.barrier if env.launched else (lambda: None)
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=barrier)
+    job.phase_done("data")
     reporter.say(f"ddp: world size {env.world_size} on {env.num_nodes} node(s), device {device}, "
                  f"data: {data.description}")
     torch.manual_seed(args.seed)
@@ -199,6 +210,7 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
                  progress=Progress(total_steps=args.max_steps or args.epochs * len(loader)), env=env,
                  device=device, args=args, reporter=reporter)
     start = loop.resume()
+    job.phase_done("model")  # built, wrapped and resumed
 
     def run_epoch(epoch: int, first_batch: int) -> tuple[float, Position]:
         sampler.set_epoch(epoch)

@@ -25,6 +25,7 @@ TrainFunction = Callable[[TrainArgs, DistEnv, Reporter], dict[str, object]]
 def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS (launch's values filling what they leave unset), train, and write result.json on the
     main process."""
+    job.phase_done("imports")  # the entrypoint's modules (torch and its library) are in
     args = with_job_defaults(parse_train_args(sys.argv[1:] if argv is None else argv))
     env = for_device(args.device)
     if args.device == "xla":  # Accelerate and Transformers read it on XLA devices other than TPUs (else -1: silent)

@@ -29,6 +29,7 @@ class Progress:
     def advance(self, batch_size: int) -> None:
         if self.first_step_at is None:
             self.first_step_at = time.time()
+            job.phase_done("first_step")
         self.step, self.samples = self.step + 1, self.samples + batch_size
 
     @property

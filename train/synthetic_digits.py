@@ -1,6 +1,6 @@
 """An embedded MNIST-shaped data set: digits drawn as strokes with varied width, affine jitter and noise.
 
-Deterministic from a seed, made with numpy in about a second, no download. Images are uint8 1x28x28 with
+Deterministic from a seed, made with numpy in under a second (10,000 digits), no download. Images are uint8 1x28x28 with
 white strokes on black, like MNIST, so the same normalisation and model apply.
 """
 
@@ -50,7 +50,7 @@ def _draw(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     segments = segments + rng.normal(0, 0.025, segments.shape).astype(np.float32)  # a wobbly hand
     pixels = _transform(segments, rng)
     grid = np.stack(np.meshgrid(np.arange(SIZE), np.arange(SIZE), indexing="xy"), -1).reshape(-1, 2)
-    distance = _distance_to_segments(grid.astype(np.float32), pixels)  # n, 784
+    distance = _distance_to_segments(grid.astype(np.float32), pixels, labels)  # n, 784
     width = rng.uniform(0.9, 2.0, (len(labels), 1)).astype(np.float32)
     ink = np.clip(width + 0.5 - distance, 0, 1)
     ink *= rng.uniform(0.75, 1.0, (len(labels), 1))
@@ -80,14 +80,33 @@ def _transform(segments: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (np.einsum("nij,nsej->nsei", matrix, centred) + shift[:, None, None, :]).astype(np.float32)
 
 
-def _distance_to_segments(points: np.ndarray, segments: np.ndarray) -> np.ndarray:
-    """Distance from every pixel centre to the nearest stroke segment, per image (NaN segments ignored)."""
-    best = np.full((len(segments), len(points)), np.inf, dtype=np.float32)
+def _distance_to_segments(points: np.ndarray, segments: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Distance from every pixel centre to the nearest stroke segment, per image: each digit's images against
+    that digit's own segments (the rest of the padded array is NaN)."""
+    best = np.empty((len(segments), len(points)), dtype=np.float32)
+    for digit, strokes in _SEGMENTS.items():
+        chosen = labels == digit
+        if chosen.any():
+            best[chosen] = _nearest(points, segments[chosen, :len(strokes)])
+    return best
+
+
+def _nearest(points: np.ndarray, segments: np.ndarray) -> np.ndarray:
+    """Distance from each point to the nearest of each image's segments (n, S, 2 ends, xy) -> (n, points)."""
+    nearest = np.full((len(segments), len(points)), np.inf, dtype=np.float32)
     px, py = points[:, 0][None], points[:, 1][None]  # 1, P
     for index in range(segments.shape[1]):
         (x0, y0), (x1, y1) = (segments[:, index, end, :].T[:, :, None] for end in (0, 1))  # each n, 1
         dx, dy = x1 - x0, y1 - y0
-        t = np.clip(((px - x0) * dx + (py - y0) * dy) / np.maximum(dx * dx + dy * dy, 1e-6), 0, 1)
-        distance = np.hypot(px - x0 - t * dx, py - y0 - t * dy)
-        np.fmin(best, distance, out=best)  # fmin skips the NaN of padding segments
-    return best
+        ax, ay = px - x0, py - y0
+        t = ax * dx
+        t += ay * dy
+        t *= 1 / np.maximum(dx * dx + dy * dy, 1e-6)
+        np.clip(t, 0, 1, out=t)
+        ax -= t * dx  # from the closest point of the segment
+        ay -= t * dy
+        ax *= ax
+        ay *= ay
+        ax += ay
+        np.minimum(nearest, ax, out=nearest)  # squared; one square root at the end
+    return np.sqrt(nearest, out=nearest)

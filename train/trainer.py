@@ -66,7 +66,9 @@ def _progress_callback(reporter: Reporter, total_steps: int, samples_per_step: i
             self.began, self.first_step = time.perf_counter(), state.global_step
 
         def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
-            self.first_step_at = self.first_step_at or time.time()
+            if self.first_step_at is None:
+                self.first_step_at = time.time()
+                job.phase_done("first_step")
             rate = (state.global_step - self.first_step) * samples_per_step / max(time.perf_counter() - self.began, 1e-9)
             reporter.tick(int(np.ceil(state.epoch or 0)), state.global_step, total_steps, rate)
 
@@ -136,9 +138,11 @@ def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-un
 
 def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object]:
     join_process_group(args, env)  # before TrainingArguments would (without a timeout on CPUs)
+    job.phase_done("process_group")
     training_args = training_arguments(args, Path(args.run_dir or ".") / "trainer")
     world_size = training_args.world_size
     data = load_datasets(args.dataset, args.data_dir, args.seed, is_first=env.is_main, barrier=_barrier)
+    job.phase_done("data")
     reporter.say(f"trainer: {training_args.parallel_mode.value}, world size {training_args.world_size} on "
                  f"{env.num_nodes} node(s), device {training_args.device}, data: {data.description}")
     torch.manual_seed(args.seed)
@@ -151,6 +155,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # our Progress callback prints instead
+    job.phase_done("model")  # the Trainer built (it prepares the model when training begins)
     record = checkpoint.resumable(args.run_dir, resume=args.resume, strategy=STRATEGY, world_size=world_size)
     if record is not None:
         reporter.say(checkpoint.resumed_message(record))
