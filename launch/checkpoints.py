@@ -103,18 +103,6 @@ def await_written(staged: Path, ranks: Iterable[int], *, timeout_s: float, poll_
         mark.unlink()
 
 
-WRITER_NICENESS = 10  # added to the writer thread's: training threads go first where the cores are busy
-
-
-def _yield_to_training() -> None:
-    """Lower this thread's scheduling priority (Linux schedules threads one by one); elsewhere nothing."""
-    try:
-        thread = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + WRITER_NICENESS)
-    except (AttributeError, OSError):
-        pass
-
-
 class Writer:
     """This process's checkpoint writes, in a background thread, at most one in flight."""
 
@@ -133,7 +121,6 @@ class Writer:
 
     def _run(self, write: Callable[[], None]) -> None:
         try:
-            _yield_to_training()
             write()
         except BaseException as failure:  # noqa: BLE001 - raised in the training thread by wait()
             self._failure = failure
