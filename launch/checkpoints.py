@@ -84,22 +84,25 @@ class CheckpointWriteError(RuntimeError):
     """A checkpoint written in the background could not be completed; the previous one stays in force."""
 
 
+def _written_mark(staged: Path, rank: int) -> Path:
+    return staged / f".written-rank-{rank}"
+
+
 def mark_written(staged: Path, rank: int) -> None:
     """Say that ``rank`` has written its whole part of the staged checkpoint."""
-    (staged / f".written-rank-{rank}").touch()
+    _written_mark(staged, rank).touch()
 
 
 def await_written(staged: Path, ranks: Iterable[int], *, timeout_s: float, poll_s: float = 0.01) -> None:
     """Wait until each of ``ranks`` has marked its part of ``staged`` written, then remove the marks."""
-    marks = [staged / f".written-rank-{rank}" for rank in ranks]
+    marks = {rank: _written_mark(staged, rank) for rank in ranks}
     deadline = time.monotonic() + timeout_s
-    while missing := [mark for mark in marks if not mark.exists()]:
+    while missing := [rank for rank, mark in marks.items() if not mark.exists()]:
         if time.monotonic() > deadline:
-            ranks_missing = ", ".join(mark.name.rsplit("-", 1)[1] for mark in missing)
-            raise CheckpointWriteError(f"{staged}: rank(s) {ranks_missing} did not finish writing their part "
-                                       f"within {timeout_s:.0f} s; every host must share the run folder")
+            raise CheckpointWriteError(f"{staged}: rank(s) {', '.join(map(str, missing))} did not finish writing "
+                                       f"their part within {timeout_s:.0f} s; every host must share the run folder")
         time.sleep(poll_s)
-    for mark in marks:
+    for mark in marks.values():
         mark.unlink()
 
 
