@@ -53,15 +53,16 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def write_json(script: str, data: dict) -> Path:  # type: ignore[type-arg]
-    """``bench/<script>.json`` beside the script (or $LAUNCH_BENCH_OUT/<script>.json), with when and where it was
-    measured."""
+def write_json(script: str, data: dict, *, variant: str = "") -> Path:  # type: ignore[type-arg]
+    """``bench/<script>[-<variant>].json`` beside the script (or in $LAUNCH_BENCH_OUT), with when and where it
+    was measured."""
     import platform
 
     import torch
 
     folder = os.environ.get("LAUNCH_BENCH_OUT")
-    out = Path(folder, Path(script).stem + ".json") if folder else Path(script).with_suffix(".json")
+    name = Path(script).stem + (f"-{variant}" if variant else "") + ".json"
+    out = Path(folder or Path(script).parent, name)
     context = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "python": platform.python_version(),
                "torch": torch.__version__}
     out.write_text(json.dumps({"context": context, **data}, indent=2, sort_keys=True) + "\n")

@@ -2,7 +2,8 @@
 
 Each strategy of `launch submit` on a profile (local-cpu: 2 processes), and a minimal hand-written DDP script
 (bench/handwritten_ddp.py, the same model and data) through `launch submit --script`, against that script
-under plain torchrun. Per run: time from the
+under plain torchrun; and a minimal hand-written Trainer script (bench/handwritten_trainer.py) under plain
+torchrun, the baseline of the trainer strategy. Per run: time from the
 command's start to the first optimizer step (rank 0), samples per second over the training loop of a fixed
 number of steps, and the peak resident memory of each rank. Runs are interleaved round after round;
 the tables give medians and ratios to the hand-written script.
@@ -29,16 +30,19 @@ from common import ROOT, default_profile, launch_submit, median, rank_peak_rss_m
 
 HANDWRITTEN = "hand-written DDP + torchrun"
 HANDWRITTEN_LAUNCHED = "hand-written DDP + launch --script"
+HANDWRITTEN_TRAINER = "hand-written Trainer + torchrun"
 STRATEGIES = ("ddp", "accelerate", "trainer")
 SCRIPT = ROOT / "bench" / "handwritten_ddp.py"
+TRAINER_SCRIPT = ROOT / "bench" / "handwritten_trainer.py"
 
 
-def handwritten(procs: int, steps: int, out: Path, *, profile: str | None = None) -> dict[str, object]:
-    """The hand-written script under plain torchrun, or, given a profile, as a user's script through launch."""
+def handwritten(procs: int, steps: int, out: Path, *, profile: str | None = None,
+                script: Path = SCRIPT) -> dict[str, object]:
+    """A hand-written script under plain torchrun, or, given a profile, as a user's script through launch."""
     started = time.time()
     starter = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs),
-               str(SCRIPT)] if profile is None else \
-        [sys.executable, "-m", "launch", "submit", "--profile", profile, "--script", str(SCRIPT), "--run-dir",
+               str(script)] if profile is None else \
+        [sys.executable, "-m", "launch", "submit", "--profile", profile, "--script", str(script), "--run-dir",
          str(out / "run"), "--"]
     subprocess.run([*starter, "--max-steps", str(steps), "--out", str(out)],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -65,7 +69,8 @@ def main() -> None:
     from launch.profile_loader import load_profile
 
     procs = load_profile(options.profile).procs_per_node
-    runs: dict[str, list[dict[str, object]]] = {name: [] for name in (HANDWRITTEN, HANDWRITTEN_LAUNCHED, *STRATEGIES)}
+    runs: dict[str, list[dict[str, object]]] = {name: [] for name in (HANDWRITTEN, HANDWRITTEN_LAUNCHED, *STRATEGIES,
+                                                                    HANDWRITTEN_TRAINER)}
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as scratch:
         for round_number in range(options.rounds):
             runs[HANDWRITTEN].append(handwritten(procs, options.steps, Path(scratch, f"hand-{round_number}")))
@@ -74,6 +79,8 @@ def main() -> None:
             for strategy in STRATEGIES:
                 runs[strategy].append(ours(options.profile, strategy, options.steps,
                                            Path(scratch, f"{strategy}-{round_number}")))
+            runs[HANDWRITTEN_TRAINER].append(handwritten(procs, options.steps, Path(scratch, f"trainer-{round_number}"),
+                                                         script=TRAINER_SCRIPT))
     first = {name: median([float(run["first_step_s"]) for run in done]) for name, done in runs.items()}
     speed = {name: median([float(run["samples_per_second"]) for run in done]) for name, done in runs.items()}
     memory = {name: [median([float(run["peak_rss_mb"][rank]) for run in done]) for rank in range(procs)]  # type: ignore[index]
@@ -86,6 +93,9 @@ def main() -> None:
     print(table(("run", *(f"rank {rank} peak RSS MB" for rank in range(procs)), "vs hand-written (rank 0)"),
                 [(name, *(f"{value:.0f}" for value in memory[name]), f"{memory[name][0] / memory[base][0]:.2f}x")
                  for name in runs]))
+    print(f"\ntrainer against {HANDWRITTEN_TRAINER}: first step {first['trainer'] / first[HANDWRITTEN_TRAINER]:.2f}x, "
+          f"samples/s {speed['trainer'] / speed[HANDWRITTEN_TRAINER]:.2f}x, "
+          f"rank 0 peak RSS {memory['trainer'][0] / memory[HANDWRITTEN_TRAINER][0]:.2f}x")
     print(f"({options.rounds} rounds, interleaved; {options.steps} steps; profile {options.profile})")
     out = write_json(__file__, {"options": vars(options), "median_first_step_s": first,
                                 "median_samples_per_second": speed, "median_peak_rss_mb": memory, "runs": runs})

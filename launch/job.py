@@ -187,7 +187,8 @@ def save_checkpoint_in_background(step: int, files: Mapping[str, Any], *, epoch:
                                   run_dir: str | Path | None = None) -> None:
     """Checkpoint ``step`` without stopping training for the disk: call it on every rank at the same step,
     each with the files it owns (``{"state.pt": state}``, torch.save'd; ``{}`` for none). The tensors in them
-    are copied to the CPU now; the files are written, and the checkpoint published, in a background thread
+    are copied to the CPU now (into the previous call's copies where the shapes match: this process keeps one
+    checkpoint's copy in memory); the files are written, and the checkpoint published, in a background thread
     while training goes on. At most one write is in flight: the next call waits for the one before. A process
     killed in the middle of a write leaves the previous checkpoint the one ``resume_from`` returns.
     ``epoch`` and ``batches_in_epoch`` go to checkpoints/latest.json with ``step``; ``run_dir``: where, when
@@ -204,14 +205,47 @@ def save_checkpoint_in_background(step: int, files: Mapping[str, Any], *, epoch:
         checkpoints.stage(root, step)
     writers = _gathered(bool(files))  # and nobody writes into a folder the main process is still clearing
     staged = checkpoints.staging_path(root, step)
-    snapshot = {name: _copied(value) for name, value in files.items()}
+    snapshot = {name: _copied(value, into=_snapshot.get(name)) for name, value in files.items()}
+    _snapshot.clear()
+    _snapshot.update(snapshot)  # its buffers are filled again by the next call, once this write is done
 
     def write() -> None:
         for name, value in snapshot.items():
-            torch.save(value, staged / name)
+            # Through a Python file object: the GIL is let go while each piece is written to the kernel (a
+            # path would make torch write the whole file holding it, stalling the training thread).
+            with open(staged / name, "wb") as stream:
+                torch.save(value, stream)
         _finish_write(root, staged, position, strategy=strategy, world_size=me.world_size, writers=writers)
 
     _writer.start(write, what=f"the checkpoint of step {step}")
+
+
+def background_writes_pay(device_type: str) -> bool:
+    """Whether writing checkpoints in the background costs training less than writing them while it waits: on
+    an accelerator (the CPUs are idle while it computes), or on CPUs where the processes of every node leave
+    a core idle for the writer. Where they keep every core busy, the writer only takes turns with training,
+    and training waits longer than for a write of its own (bench/checkpoint_cost.py measures both).
+
+    The same answer on every rank: the first call is a collective over the default process group (every rank
+    says which cores it may run on and how many threads it computes with), where the code made one."""
+    global _spare_core_everywhere
+    if device_type != "cpu":
+        return True
+    if _spare_core_everywhere is None:
+        import socket
+
+        torch = sys.modules.get("torch")
+        threads = torch.get_num_threads() if torch is not None else 1
+        every = _gathered((socket.gethostname(), sorted(os.sched_getaffinity(0)), threads))
+        if len(every) == 1:  # no process group to ask: this node's processes are taken to be alike
+            host, cores, threads = every[0]
+            every = [(host, cores, threads * info().local_world_size)]
+        nodes: dict[str, tuple[set[int], int]] = {}
+        for host, cores, threads in every:
+            known, busy = nodes.get(host, (set(), 0))
+            nodes[host] = (known | set(cores), busy + threads)
+        _spare_core_everywhere = all(len(cores) > busy for cores, busy in nodes.values())
+    return _spare_core_everywhere
 
 
 def wait_for_checkpoints() -> None:
@@ -230,6 +264,8 @@ def flush_checkpoints() -> None:
 MEMORY_PREFIX = "launch-checkpoint-"  # then the writing process's pid: /dev/shm/launch-checkpoint-PID-step-N-*
 _writer = checkpoints.Writer()
 _memory_sizes: list[int] = []  # bytes this rank wrote into memory for each background checkpoint so far
+_snapshot: dict[str, Any] = {}  # the last background checkpoint's copies, by file: their buffers are reused
+_spare_core_everywhere: bool | None = None  # background_writes_pay's answer on CPUs, once asked
 
 
 def _finish_write(run_dir: Path, staged: Path, position: checkpoints.Position, *, strategy: str, world_size: int,
@@ -272,29 +308,37 @@ def _size(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
-def _copied(value: Any) -> Any:  # noqa: ANN401 - a state: tensors inside dicts, lists, tuples
-    """A copy of ``value`` that training cannot change any more: tensors copied to the CPU, the rest deep-copied."""
+def _copied(value: Any, *, into: Any = None) -> Any:  # noqa: ANN401 - a state: tensors inside dicts, lists, tuples
+    """A copy of ``value`` that training cannot change any more: tensors copied to the CPU, the rest deep-copied.
+    Tensors are copied into ``into``'s (an earlier copy of the same state, no longer read) where their shape,
+    dtype and strides match: no fresh memory to fault in at every checkpoint."""
     import copy
 
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        value = value.detach()
+        if (isinstance(into, torch.Tensor) and into.device.type == "cpu" and into.layout == value.layout == torch.strided
+                and into.dtype == value.dtype and into.shape == value.shape and into.stride() == value.stride()):
+            return into.copy_(value)
+        return value.to("cpu", copy=True)
     if isinstance(value, dict):
-        return type(value)((key, _copied(item)) for key, item in value.items())
+        earlier = into if isinstance(into, dict) else {}
+        return type(value)((key, _copied(item, into=earlier.get(key))) for key, item in value.items())
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_copied(item) for item in value)
+        earlier = into if isinstance(into, (list, tuple)) and len(into) == len(value) else [None] * len(value)
+        return type(value)(_copied(item, into=before) for item, before in zip(value, earlier))
     return copy.deepcopy(value)
 
 
-def _gathered(flag: bool) -> list[bool]:
-    """``flag`` from every rank, in rank order (a collective on the default group, where the code made one)."""
+def _gathered(value: Any) -> list[Any]:  # noqa: ANN401 - any picklable value
+    """``value`` from every rank, in rank order (a collective on the default group, where the code made one)."""
     distributed = sys.modules.get("torch.distributed")
     if distributed is None or not (distributed.is_available() and distributed.is_initialized()):
-        return [flag]
+        return [value]
     every: list[Any] = [None] * distributed.get_world_size()
-    distributed.all_gather_object(every, flag)
-    return [bool(value) for value in every]
+    distributed.all_gather_object(every, value)
+    return every
 
 
 def _barrier() -> None:

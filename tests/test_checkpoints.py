@@ -4,6 +4,7 @@ process records, in this process: one rank, no process group."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(job.RESUME, "1")
     monkeypatch.setattr(job, "_writer", checkpoints.Writer())
     monkeypatch.setattr(job, "_memory_sizes", [])
+    monkeypatch.setattr(job, "_snapshot", {})
     return folder
 
 
@@ -66,6 +68,23 @@ def test_a_checkpoint_in_the_background_holds_the_state_at_the_call_and_is_publi
     latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
     assert (latest["step"], latest["epoch"], latest["batches_in_epoch"], latest["strategy"]) == (3, 2, 1, "script")
     assert sorted(path.name for path in saved.iterdir()) == ["state.pt"], "no marks or left-overs in a checkpoint"
+
+
+def test_each_background_checkpoint_holds_its_own_step_while_the_copies_reuse_one_set_of_buffers(
+        run_dir: Path) -> None:
+    weights, buffers = torch.zeros(50_000), set()
+    for step in (1, 2, 3):
+        weights.fill_(float(step))
+        changes = torch.full((step,), float(step))  # a new shape each time: a fresh copy, no error
+        job.save_checkpoint_in_background(step, {"state.pt": {"weights": weights, "changes": changes, "step": step}})
+        buffers.add(job._snapshot["state.pt"]["weights"].data_ptr())
+        weights.fill_(-1.0)  # training goes on while the write does
+    job.wait_for_checkpoints()
+    assert len(buffers) == 1, "the copy of the weights is made into the same memory each time"
+    for step in (2, 3):
+        state = torch.load(run_dir / "checkpoints" / f"step-{step:08d}-epoch-00001-000000" / "state.pt")
+        assert state["step"] == step and bool((state["weights"] == step).all())
+        assert state["changes"].tolist() == [float(step)] * step
 
 
 def test_only_the_last_complete_checkpoints_are_kept(run_dir: Path) -> None:
@@ -113,3 +132,22 @@ def test_memory_left_by_a_process_that_died_is_freed_and_a_failed_block_leaves_n
         raise OSError("disk full")
     assert not dead.exists() and not folder.exists()
     job.wait_for_checkpoints()
+
+
+def test_background_writes_are_chosen_on_an_accelerator_or_where_a_cpu_core_is_left_idle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cores = len(os.sched_getaffinity(0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for processes, expected in ((cores, False), (cores - 1, cores > 1)):
+            monkeypatch.setenv("LOCAL_WORLD_SIZE", str(processes))
+            monkeypatch.setattr(job, "_spare_core_everywhere", None)
+            assert job.background_writes_pay("cpu") is expected, f"{processes} process(es) on {cores} core(s)"
+            assert job.background_writes_pay("cuda"), "an accelerator leaves the CPUs to the writer"
+        monkeypatch.setattr(job, "_spare_core_everywhere", None)
+        torch.set_num_threads(cores)
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        assert not job.background_writes_pay("cpu"), "one process whose threads take every core"
+    finally:
+        torch.set_num_threads(threads)

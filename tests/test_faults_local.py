@@ -20,7 +20,9 @@ from tests.test_local_e2e import _processes_mentioning, _wait_for
 pytestmark = pytest.mark.e2e
 
 # 62 steps make an epoch at world size 2 and batch 64: 90 steps cross an epoch boundary.
-TRAIN = ["--max-steps", "90", "--checkpoint-every", "10", "--seed", "3", "--log-every", "10"]
+# Written in the background (what auto chooses on an accelerator or with a spare core); one test writes in sync.
+TRAIN = ["--max-steps", "90", "--checkpoint-every", "10", "--seed", "3", "--log-every", "10",
+         "--checkpoint-writes", "background"]
 
 
 def _submit_args(run_dir: Path, *extra: str, strategy: str = "ddp") -> list[str]:
@@ -94,10 +96,12 @@ def test_accelerate_killed_and_resubmitted_ends_with_the_parameters_of_an_uninte
 
 def test_resuming_from_an_epoch_end_or_from_the_last_step_trains_no_step_twice(uninterrupted: dict,  # type: ignore[type-arg]
                                                                                tmp_path: Path) -> None:
-    """63 steps make an epoch: a checkpoint every 63 steps lands on the epoch's last batch."""
+    """63 steps make an epoch: a checkpoint every 63 steps lands on the epoch's last batch. Written while
+    training waits: it ends as the uninterrupted run, whose checkpoints were written in the background."""
     run_dir = tmp_path / "run"
     launch = ["submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir)]
-    train = ["--", "--max-steps", "90", "--checkpoint-every", "63", "--seed", "3", "--log-every", "10"]
+    train = ["--", "--max-steps", "90", "--checkpoint-every", "63", "--seed", "3", "--log-every", "10",
+             "--checkpoint-writes", "sync"]
     command = [*launch, *train]
     assert run_cli(*launch, "--detach", *train).returncode == 0
     _kill_rank_once_checkpointed(run_dir, rank=1, step=63)

@@ -86,11 +86,11 @@ def _train_epoch(epoch: int, first_batch: int, accelerator, model: torch.nn.Modu
 
 def _save(accelerator, args: TrainArgs, position: Position) -> None:  # type: ignore[no-untyped-def]
     """Every process writes its part (``save_state``: model, optimizer, its RNG states, the sampler) into one
-    staged folder; the main process then publishes it. By default each writes into memory, and the files go
-    to the run folder in the background."""
+    staged folder; the main process then publishes it. In the background (--checkpoint-writes; auto: where that
+    pays) each writes into memory, and the files go to the run folder while training goes on."""
     if not args.run_dir:
         return
-    if not (args.sync_checkpoints or accelerator.device.type == "xla"):  # XLA's processes are not torch's ranks
+    if checkpoint.in_background(args.checkpoint_writes, accelerator.device.type):
         with job.save_checkpoint(position.step, background=True, run_dir=args.run_dir, epoch=position.epoch,
                                  batches_in_epoch=position.batches_in_epoch, strategy=STRATEGY,
                                  world_size=accelerator.num_processes) as folder:
@@ -120,7 +120,7 @@ def _resume(accelerator, args: TrainArgs, reporter: Reporter) -> Position:  # ty
 def _loaders(data: Datasets, args: TrainArgs) -> tuple[DataLoader, DataLoader]:
     shuffle_order = torch.Generator().manual_seed(args.seed)
     return (DataLoader(data.train, batch_size=args.batch_size, shuffle=True, generator=shuffle_order),
-            DataLoader(data.test, batch_size=max(args.batch_size, 256)))
+            DataLoader(data.test, batch_size=args.batch_size))
 
 
 def _expose_dataset(loader: object) -> None:

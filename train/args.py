@@ -10,6 +10,7 @@ from launch.devices import default_dist_backend
 
 DATASETS = ("synthetic", "mnist")
 DEVICES = ("auto", "cpu", "cuda", "xla")
+CHECKPOINT_WRITES = ("auto", "background", "sync")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "xla")
 
 # Given by launch through the environment (launch.job); a user passing them to launch after `--` is told so.
@@ -35,7 +36,7 @@ class TrainArgs:
     seed: int = 0
     log_every: int = 20
     checkpoint_every: int | None = None  # steps; a run folder also gets one at the end of every epoch
-    sync_checkpoints: bool = False  # write checkpoints while training waits (default: in the background)
+    checkpoint_writes: str = "auto"  # background, sync (while training waits), or auto: background where it pays
     resume: bool = False  # continue from the run folder's last complete checkpoint, if it has one
     run_dir: str | None = None
     device: str = "auto"
@@ -102,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=_seed)
     parser.add_argument("--log-every", type=_positive_int)
     parser.add_argument("--checkpoint-every", type=_positive_int)
-    parser.add_argument("--sync-checkpoints", action="store_const", const=True)
+    parser.add_argument("--checkpoint-writes", choices=CHECKPOINT_WRITES)
     parser.add_argument("--resume", action="store_const", const=True)
     parser.add_argument("--run-dir")
     parser.add_argument("--device", choices=DEVICES)

@@ -65,7 +65,7 @@ def evaluate(model: torch.nn.Module, data: Datasets, args: TrainArgs, env: DistE
     # uninterrupted one does (measured).
     totals = torch.zeros(2, dtype=torch.float64, device=device)
     with torch.no_grad():
-        for images, labels in DataLoader(shard, batch_size=max(args.batch_size, 256), generator=torch.Generator()):
+        for images, labels in DataLoader(shard, batch_size=args.batch_size, generator=torch.Generator()):
             images, labels = images.to(device), labels.to(device)
             output = model(images)
             totals += torch.stack([F.nll_loss(output, labels, reduction="sum"),
@@ -110,12 +110,12 @@ class _Loop:
 
     def save(self, position: Position) -> None:
         """Every rank's RNG state gathered, then one file written by rank 0 and published atomically: in the
-        background (the state copied now, written while training goes on), or here with --sync-checkpoints
-        and on XLA (whose processes are not ranks of torch's contract)."""
+        background (the state copied now, written while training goes on) or here, as --checkpoint-writes
+        says (``checkpoint.in_background``)."""
         if not self.args.run_dir:
             return
         states = all_gather_objects(rng_state(self.device))
-        if not (self.args.sync_checkpoints or self.device.type == "xla"):
+        if checkpoint.in_background(self.args.checkpoint_writes, self.device.type):
             state = {"model": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
                      "position": asdict(position), "rng": states}
             job.save_checkpoint_in_background(position.step, {STATE_FILE: state} if self.env.is_main else {},

@@ -60,16 +60,29 @@ def _progress_callback(reporter: Reporter, total_steps: int, samples_per_step: i
         """Print and record the Trainer's logs in the same form as the other entrypoints; the progress bar."""
 
         first_step_at: float | None = None
-        began, first_step = 0.0, 0
+        first_step = 0
+        seconds, epoch_began = 0.0, 0.0  # in the epochs' training steps: evaluation and set-up excluded
+
+        def samples_per_second(self, step: int, *, now: float | None = None) -> float:
+            """Over the training epochs so far, as the other entrypoints count it (not the Trainer's own
+            train_samples_per_second, which counts all of train(): set-up, evaluations, callbacks)."""
+            elapsed = self.seconds + (now - self.epoch_began if now is not None else 0.0)
+            return (step - self.first_step) * samples_per_step / max(elapsed, 1e-9)
 
         def on_train_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
-            self.began, self.first_step = time.perf_counter(), state.global_step
+            self.first_step = state.global_step
+
+        def on_epoch_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.epoch_began = time.perf_counter()
+
+        def on_epoch_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.seconds += time.perf_counter() - self.epoch_began
 
         def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
             if self.first_step_at is None:
                 self.first_step_at = time.time()
                 job.phase_done("first_step")
-            rate = (state.global_step - self.first_step) * samples_per_step / max(time.perf_counter() - self.began, 1e-9)
+            rate = self.samples_per_second(state.global_step, now=time.perf_counter())
             reporter.tick(int(np.ceil(state.epoch or 0)), state.global_step, total_steps, rate)
 
         def on_log(self, args, state, control, logs=None, **kwargs):  # type: ignore[no-untyped-def]
@@ -126,7 +139,7 @@ def training_arguments(args: TrainArgs, output_dir: Path):  # type: ignore[no-un
     # optim="adamw_torch": the fused default fails on XLA; use_cpu keeps a cpu profile off any GPU.
     return TrainingArguments(
         output_dir=str(output_dir), per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=max(args.batch_size, 256), num_train_epochs=args.epochs,
+        per_device_eval_batch_size=args.batch_size, num_train_epochs=args.epochs,
         max_steps=args.max_steps or -1, learning_rate=args.lr, lr_scheduler_type="constant",
         weight_decay=ADAMW_WEIGHT_DECAY, optim="adamw_torch", seed=args.seed, data_seed=args.seed,
         eval_strategy="epoch", save_strategy="steps" if args.run_dir else "no",
@@ -159,7 +172,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     record = checkpoint.resumable(args.run_dir, resume=args.resume, strategy=STRATEGY, world_size=world_size)
     if record is not None:
         reporter.say(checkpoint.resumed_message(record))
-    outcome = trainer.train(resume_from_checkpoint=str(Path(args.run_dir or ".") / record["path"]) if record else None)
+    trainer.train(resume_from_checkpoint=str(Path(args.run_dir or ".") / record["path"]) if record else None)
     if saves.stopped is not None:
         raise job.StopRequested(trainer.state.global_step, saves.stopped)
     evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
@@ -169,7 +182,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
             "num_nodes": env.num_nodes, "epochs": int(np.ceil(trainer.state.epoch or 0)),
             "steps": trainer.state.global_step, "train_loss": _last_epoch_loss(trainer.state.log_history),
             "eval_loss": final["eval_loss"], "eval_accuracy": final["eval_accuracy"],
-            "samples_per_second": outcome.metrics["train_samples_per_second"], "dataset": data.description,
+            "samples_per_second": progress.samples_per_second(trainer.state.global_step), "dataset": data.description,
             "device": training_args.device.type, "parallel_mode": training_args.parallel_mode.value,
             "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
             "resumed_from_step": record["step"] if record else 0, "first_step_at": progress.first_step_at,
