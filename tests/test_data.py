@@ -32,6 +32,38 @@ def test_synthetic_classes_differ_more_than_samples_within_a_class() -> None:
     assert (nearest == labels).mean() > 0.6, "even a nearest-class-mean classifier should do well"
 
 
+def test_synthetic_digits_are_drawn_once_then_loaded_and_a_damaged_cache_is_drawn_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    images, labels = data.cached_digits(300, seed=5)
+    drawn = make_digits(300, seed=5)
+    assert np.array_equal(images, drawn[0]) and np.array_equal(labels, drawn[1])
+    (kept,) = (tmp_path / "launch").glob("synthetic-digits-*.npz")
+
+    def no_drawing(count: int, seed: int) -> None:
+        raise AssertionError("drawn again although the cache holds them")
+
+    monkeypatch.setattr(data, "make_digits", no_drawing)
+    again = data.cached_digits(300, seed=5)
+    assert np.array_equal(again[0], images) and np.array_equal(again[1], labels)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert data.cached_digits(300, seed=6)[0].tolist() != images.tolist(), "another seed, another file"
+    kept.write_bytes(kept.read_bytes()[:1000])  # cut short, as by a full disk
+    assert np.array_equal(data.cached_digits(300, seed=5)[0], images)
+    assert np.array_equal(np.load(kept)["images"], images), "the damaged file was replaced"
+    assert not list((tmp_path / "launch").glob("*.tmp"))
+
+
+def test_synthetic_digits_are_drawn_where_the_cache_cannot_be_written(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    images, _ = data.cached_digits(100, seed=1)
+    assert np.array_equal(images, make_digits(100, seed=1)[0])
+
+
 def test_mnist_reads_all_four_idx_files_in_torchvision_layout(tmp_path: Path) -> None:
     raw = tmp_path / "MNIST" / "raw"
     train_images, train_labels = make_digits(30, seed=1)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import hashlib
+import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from train import synthetic_digits
 from train.synthetic_digits import make_digits
 
 MEAN, STD = 0.1307, 0.3081  # the seed's MNIST normalisation
@@ -44,13 +49,46 @@ def load_datasets(name: str, data_dir: str | None, seed: int, *, is_first: bool,
     """The train and held-out sets; ``is_first``/``barrier`` let one process (global rank 0, which suits a
     shared file system) download for all."""
     if name == "synthetic":
-        images, labels = make_digits(SYNTHETIC_TRAIN + SYNTHETIC_TEST, seed)
+        images, labels = cached_digits(SYNTHETIC_TRAIN + SYNTHETIC_TEST, seed)
         cut = SYNTHETIC_TRAIN
         return Datasets(train=to_dataset(images[:cut], labels[:cut]), test=to_dataset(images[cut:], labels[cut:]),
                         description=f"synthetic digits (seed {seed}: {cut} train, {SYNTHETIC_TEST} held out)")
     if name == "mnist":
         return load_mnist(Path(data_dir or "data"), is_first=is_first, barrier=barrier)
     raise DataError(f"unknown dataset {name!r}")
+
+
+def cache_folder() -> Path:
+    """Where the examples keep what they can make again: $XDG_CACHE_HOME/launch, else ~/.cache/launch."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "launch"
+
+
+def cached_digits(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``make_digits(count, seed)``, drawn once per machine: kept in ``cache_folder()`` under a name made from
+    the count, the seed and the drawing code itself (a changed generator draws afresh). Every process loads
+    it in milliseconds instead of drawing for a second; a file that cannot be read is drawn again, and one that
+    cannot be written is not kept."""
+    code = Path(synthetic_digits.__file__).read_bytes()
+    key = hashlib.sha256(code + f"/{count}/{seed}".encode()).hexdigest()[:16]
+    path = cache_folder() / f"synthetic-digits-{key}.npz"
+    try:
+        with np.load(path) as saved:
+            images, labels = saved["images"], saved["labels"]
+        if images.shape == (count, 28, 28) and labels.shape == (count,):
+            return images, labels
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass
+    images, labels = make_digits(count, seed)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # renamed into place whole
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "wb") as stream:
+            np.savez(stream, images=images, labels=labels)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+    return images, labels
 
 
 def load_mnist(data_dir: Path, *, is_first: bool, barrier: Callable[[], None]) -> Datasets:
