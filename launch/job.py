@@ -222,30 +222,38 @@ def save_checkpoint_in_background(step: int, files: Mapping[str, Any], *, epoch:
 
 def background_writes_pay(device_type: str) -> bool:
     """Whether writing checkpoints in the background costs training less than writing them while it waits: on
-    an accelerator (the CPUs are idle while it computes), or on CPUs where the processes of every node leave
-    a core idle for the writer. Where they keep every core busy, the writer only takes turns with training,
-    and training waits longer than for a write of its own (bench/checkpoint_cost.py measures both).
+    a GPU (the CPUs are idle while it computes), or on CPUs where the processes of every node leave a core
+    idle for the writer. Where they keep every core busy, the writer only takes turns with training, and
+    training waits longer than for a write of its own (bench/checkpoint_cost.py measures both). Never on XLA,
+    whose processes are not ranks of torch's contract (a background write's hand-over counts on them).
 
-    The same answer on every rank: the first call is a collective over the default process group (every rank
-    says which cores it may run on and how many threads it computes with), where the code made one."""
+    Call it on every rank once the process group is made: the first call on CPUs is then a collective (every
+    rank says which cores it may run on and how many threads it computes with), and every rank gets the same
+    answer. Before, each process answers for its own node alone."""
     global _spare_core_everywhere
     if device_type != "cpu":
-        return True
-    if _spare_core_everywhere is None:
-        import socket
+        return device_type != "xla"
+    if _spare_core_everywhere is not None:
+        return _spare_core_everywhere
+    import socket
 
-        torch = sys.modules.get("torch")
-        threads = torch.get_num_threads() if torch is not None else 1
-        every = _gathered((socket.gethostname(), sorted(os.sched_getaffinity(0)), threads))
-        if len(every) == 1:  # no process group to ask: this node's processes are taken to be alike
-            host, cores, threads = every[0]
-            every = [(host, cores, threads * info().local_world_size)]
-        nodes: dict[str, tuple[set[int], int]] = {}
-        for host, cores, threads in every:
-            known, busy = nodes.get(host, (set(), 0))
-            nodes[host] = (known | set(cores), busy + threads)
-        _spare_core_everywhere = all(len(cores) > busy for cores, busy in nodes.values())
-    return _spare_core_everywhere
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux only
+    cores = sorted(affinity(0)) if affinity is not None else list(range(os.cpu_count() or 1))
+    every = _gathered((socket.gethostname(), cores, threads))
+    asked_everyone = len(every) == info().world_size
+    if len(every) == 1:  # this node's processes are taken to be alike
+        host, cores, threads = every[0]
+        every = [(host, cores, threads * info().local_world_size)]
+    nodes: dict[str, tuple[set[int], int]] = {}
+    for host, cores, threads in every:
+        known, busy = nodes.get(host, (set(), 0))
+        nodes[host] = (known | set(cores), busy + threads)
+    answer = all(len(cores) > busy for cores, busy in nodes.values())
+    if asked_everyone:
+        _spare_core_everywhere = answer
+    return answer
 
 
 def wait_for_checkpoints() -> None:

@@ -149,5 +149,15 @@ def test_background_writes_are_chosen_on_an_accelerator_or_where_a_cpu_core_is_l
         torch.set_num_threads(cores)
         monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
         assert not job.background_writes_pay("cpu"), "one process whose threads take every core"
+        assert not job.background_writes_pay("xla"), "XLA's processes are not torch's ranks"
+        monkeypatch.setattr(job, "_spare_core_everywhere", None)
+        torch.set_num_threads(1)
+        monkeypatch.delattr(os, "sched_getaffinity")  # as on macOS: every core of the machine
+        monkeypatch.setattr(os, "cpu_count", lambda: 4)
+        assert job.background_writes_pay("cpu"), "one thread on four cores"
+        monkeypatch.setattr(job, "_spare_core_everywhere", None)
+        monkeypatch.setenv("WORLD_SIZE", "2")  # a rank of two, asked before any process group is made
+        job.background_writes_pay("cpu")
+        assert job._spare_core_everywhere is None, "an answer for this node alone is not kept for the job"
     finally:
         torch.set_num_threads(threads)

@@ -190,17 +190,18 @@ def test_a_node_that_dies_ends_the_allocation_and_is_named(slurm_cluster, tmp_pa
 def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
                                                                        tmp_path: Path) -> None:
     """A 2-minute limit, USR2 30 s before it. SLURM checks limits every 30 s, so the signal comes 90 to 120 s
-    into each allocation, of which start-up takes about 35 s here: 55 to 85 s of training at about 7.5 steps/s
-    (measured 2026-12-03). 7 epochs (875 steps) cannot fit one allocation, so the job must checkpoint and
-    requeue itself at least once, and still train every step once. (With USR2 60 s before the limit, the
-    signal came 30 to 60 s in, often before training had started: 4 epochs needed 3 to 11 allocations, and
-    one run here failed after 10, submitit's max_timeouts.)"""
+    into each allocation, of which start-up takes 5 to 35 s here: at most about 115 s of training, at 7.5
+    (a loaded machine, 2026-12-03) to 13 steps/s (a quiet one, whose 875 steps fitted one allocation in 73 s,
+    2026-12-04). 14 epochs (1,750 steps) cannot fit one allocation below 15 steps/s, so the job must
+    checkpoint and requeue itself at least once, and still train every step once. (With USR2 60 s before the
+    limit, the signal came 30 to 60 s in, often before training had started: 4 epochs needed 3 to 11
+    allocations, and one run here failed after 10, submitit's max_timeouts.)"""
     profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 30\n"
                             "  max_timeouts: 10\n")
     run_dir = tmp_path / "run"
-    epochs = 7
+    epochs = 14
     job_id = _submit(slurm_cluster, run_dir, "--epochs", str(epochs), profile=str(profile))
-    result = _finished(slurm_cluster, run_dir, 900)
+    result = _finished(slurm_cluster, run_dir, 1200)
     assert result["steps"] == epochs * STEPS_PER_EPOCH
     stops = _stops_and_resumes(run_dir, "SIGUSR2")
     assert stops, "the job ran into its time limit at least once"

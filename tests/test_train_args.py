@@ -33,3 +33,12 @@ def test_defaults_are_not_repeated_on_the_command_line() -> None:
 def test_bad_arguments_name_the_argument(argv: list[str], message: str) -> None:
     with pytest.raises(TrainArgsError, match=message.replace("?", r"\?").replace("(", r"\(")):
         parse_train_args(argv)
+
+
+def test_checkpoint_writes_take_a_mode_and_the_earlier_sync_flag_still_means_sync() -> None:
+    assert TrainArgs().checkpoint_writes == "auto"
+    assert parse_train_args(["--checkpoint-writes", "background"]).to_argv() == ("--checkpoint-writes", "background")
+    old = parse_train_args(["--sync-checkpoints"])
+    assert old.checkpoint_writes == "sync" and old.to_argv() == ("--checkpoint-writes", "sync")
+    with pytest.raises(TrainArgsError, match="invalid choice: 'later'"):
+        parse_train_args(["--checkpoint-writes", "later"])

@@ -104,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-every", type=_positive_int)
     parser.add_argument("--checkpoint-every", type=_positive_int)
     parser.add_argument("--checkpoint-writes", choices=CHECKPOINT_WRITES)
+    parser.add_argument("--sync-checkpoints", dest="checkpoint_writes", action="store_const", const="sync",
+                        help=argparse.SUPPRESS)  # the earlier spelling, for commands written with it
     parser.add_argument("--resume", action="store_const", const=True)
     parser.add_argument("--run-dir")
     parser.add_argument("--device", choices=DEVICES)

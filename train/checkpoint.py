@@ -66,10 +66,9 @@ def to_cpu(value: Any) -> Any:  # noqa: ANN401
 def in_background(choice: str, device_type: str) -> bool:
     """Whether to write a checkpoint in the background, as --checkpoint-writes says (auto: where that costs
     training less, ``job.background_writes_pay``); never on XLA, whose processes are not ranks of torch's
-    contract (the writes' hand-over counts on them)."""
-    if device_type == "xla":
-        return False
-    return choice == "background" or (choice == "auto" and job.background_writes_pay(device_type))
+    contract (the writes' hand-over counts on them), even when asked."""
+    return device_type != "xla" and (choice == "background" or (choice == "auto" and
+                                                                 job.background_writes_pay(device_type)))
 
 
 def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_size: int) -> dict[str, Any] | None:

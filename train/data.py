@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import os
 import shutil
+import socket
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -58,9 +59,13 @@ def load_datasets(name: str, data_dir: str | None, seed: int, *, is_first: bool,
     raise DataError(f"unknown dataset {name!r}")
 
 
-def cache_folder() -> Path:
-    """Where the examples keep what they can make again: $XDG_CACHE_HOME/launch, else ~/.cache/launch."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "launch"
+def cache_folder() -> Path | None:
+    """Where the examples keep what they can make again: $XDG_CACHE_HOME/launch, else ~/.cache/launch; None
+    without a home folder."""
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "launch"
+    except RuntimeError:  # no HOME and no entry in the password database
+        return None
 
 
 def cached_digits(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,18 +73,23 @@ def cached_digits(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     the count, the seed and the drawing code itself (a changed generator draws afresh). Every process loads
     it in milliseconds instead of drawing for a second; a file that cannot be read is drawn again, and one that
     cannot be written is not kept."""
+    folder = cache_folder()
+    if folder is None:
+        return make_digits(count, seed)
     code = Path(synthetic_digits.__file__).read_bytes()
     key = hashlib.sha256(code + f"/{count}/{seed}".encode()).hexdigest()[:16]
-    path = cache_folder() / f"synthetic-digits-{key}.npz"
+    path = folder / f"synthetic-digits-{key}.npz"
     try:
         with np.load(path) as saved:
             images, labels = saved["images"], saved["labels"]
-        if images.shape == (count, 28, 28) and labels.shape == (count,):
+        if images.shape == (count, 28, 28) and images.dtype == np.uint8 and labels.shape == (count,) \
+                and labels.dtype == np.int64:
             return images, labels
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         pass
     images, labels = make_digits(count, seed)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # renamed into place whole
+    # Renamed into place whole; named for this host and process, as a home folder may be shared by hosts.
+    temporary = path.with_name(f"{path.name}.{socket.gethostname()}-{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as stream:
