@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--profile", default=default_profile(), help="default: local-2gpu with 2 GPUs, else local-cpu")
     parser.add_argument("--procs", type=int, help="processes per node (default: the profile's)")
     options = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
     strategies = options.strategies.split(",")
     runs = [(strategy, name, extra) for strategy in strategies for name, extra in SETTINGS]
     speed: dict[tuple[str, str], list[float]] = {(strategy, name): [] for strategy, name, _ in runs}
@@ -70,14 +71,13 @@ def main() -> None:
 
 
 def with_procs(profile: str, procs: int, folder: str) -> str:
-    """A copy of ``profile`` (a bundled name or a path) in ``folder`` with ``procs`` processes per node."""
-    import yaml
+    """A profile in ``folder`` that extends ``profile`` (a bundled name or a path) with ``procs`` processes per
+    node."""
+    from launch.profile_loader import resolve_profile_path
 
-    source = Path(profile) if profile.endswith((".yaml", ".yml")) else ROOT / "cluster_configs" / f"{profile}.yaml"
-    data = yaml.safe_load(source.read_text())
-    data["procs_per_node"] = procs
+    source = resolve_profile_path(profile).resolve()
     copy = Path(folder, f"{source.stem}-{procs}.yaml")
-    copy.write_text(yaml.safe_dump(data))
+    copy.write_text(f"extends: {source}\nprocs_per_node: {procs}\n")
     return str(copy)
 
 
