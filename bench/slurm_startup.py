@@ -4,10 +4,13 @@ hand-written sbatch + torchrun script, side by side.
     bash tests/slurm/cluster.sh start            # as root: prints the SLURM_CONF to use
     SLURM_CONF=/tmp/launch-slurm/slurm.conf python bench/slurm_startup.py [--rounds 3] [--steps 30]
 
-Four runs per round, 2 nodes x 2 processes each (profile slurm-local-2x2), the order rotated every round:
+Five runs per round, 2 nodes x 2 processes each (profile slurm-local-2x2), the order rotated every round:
 
 - floor: an sbatch script whose one step is `srun python floor.py` (2 x 2 tasks): import torch, a gloo process
   group from SLURM's variables (MASTER_ADDR: the first host of `scontrol show hostnames`), one barrier;
+- hand-written, plain srun: the same batch script running `srun python bench/handwritten_ddp.py` (2 x 2 tasks,
+  each its own rank from SLURM's variables): the floor's way of starting, taken on to the same first step as
+  the runs below (the data, the model, DDP and AdamW, one step). The floor for the whole of a training start;
 - hand-written: an sbatch script in the style of pytorch/examples' SLURM example, `srun torchrun --nnodes 2
   --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint HEAD:PORT bench/handwritten_ddp.py`;
 - `launch submit --profile slurm-local-2x2 --strategy ddp` with `--launcher submitit`, then `--launcher sbatch`.
@@ -16,7 +19,7 @@ The figure: seconds from the start of the submitting command (`sbatch --wait`, o
 rank 0's first optimizer step (the floor: to its barrier passing). Before each run the cluster is left to go
 idle (no job queued, every node idle), so no run waits for the previous one's clean-up.
 
-Prints three Markdown tables of medians: the figure with ratios to the floor and to the hand-written script;
+Prints three Markdown tables of medians: the figure with ratios to the floor and to both hand-written scripts;
 rank 0's start-up broken down (submit -> its process's start = "queue and launcher", then each phase its rank
 record, `logs/rank-N.json`, lists; "-" where a record has none); and "queue and launcher" split by
 slurmctld's log (submit command -> job accepted -> nodes allocated -> rank 0's process started), when this
@@ -42,9 +45,11 @@ from common import ROOT, median, table, write_json
 PROFILE = "slurm-local-2x2"
 NODES, PROCS = 2, 2  # the profile's shape, which the floor and the hand-written script ask for too
 PARTITION = "debug"
-FLOOR, HANDWRITTEN, SUBMITIT, SBATCH = ("floor: srun + gloo barrier", "hand-written sbatch + torchrun",
-                                        "launch submitit", "launch sbatch")
-RUNS = (FLOOR, HANDWRITTEN, SUBMITIT, SBATCH)
+FLOOR, SRUN, HANDWRITTEN, SUBMITIT, SBATCH = (
+    "floor: srun + gloo barrier", "hand-written, plain srun", "hand-written sbatch + torchrun", "launch submitit",
+    "launch sbatch")
+RUNS = (FLOOR, SRUN, HANDWRITTEN, SUBMITIT, SBATCH)
+SCRIPTED = (FLOOR, SRUN, HANDWRITTEN)  # sbatch --wait of a batch script written here; the others: launch submit
 PHASES = ("interpreter", "unpickling", "launch", "imports", "process_group", "data", "model", "first_step")
 QUEUE = "queue and launcher"
 RUN_TIMEOUT_S = 600
@@ -53,15 +58,6 @@ RUN_TIMEOUT_S = 600
 # records, as launch's rank records do, when its process started and how long each phase took.
 FLOOR_PY = '''\
 import json, os, sys, time
-
-
-def process_started_at():
-    with open("/proc/self/stat") as stat:
-        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/uptime") as uptime:
-        up = float(uptime.read().split()[0])
-    return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
-
 
 marks = {"interpreter": time.time()}
 import torch
@@ -72,6 +68,7 @@ os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_
 dist.init_process_group("gloo")
 dist.barrier()
 marks["process_group"] = passed = time.time()
+from launch.phases import process_started_at  # standard library only, after the measured part
 started = process_started_at()
 phases, previous = {}, started
 for name, at in marks.items():
@@ -98,11 +95,15 @@ def batch_script(folder: Path, *, ntasks_per_node: int, cpus_per_task: int, body
     return path
 
 
+def srun_script(folder: Path, argv: str) -> Path:
+    """One task per process, each started by srun itself: ``argv`` in every task."""
+    return batch_script(folder, ntasks_per_node=PROCS, cpus_per_task=1,
+                        body=f"export MASTER_ADDR=$head MASTER_PORT={PORT}\nsrun {sys.executable} {argv}")
+
+
 def floor_script(folder: Path) -> Path:
     (folder / "floor.py").write_text(FLOOR_PY)
-    return batch_script(folder, ntasks_per_node=PROCS, cpus_per_task=1,
-                        body=f"export MASTER_ADDR=$head MASTER_PORT={PORT}\nsrun {sys.executable} {folder}/floor.py "
-                             f"{folder}")
+    return srun_script(folder, f"{folder}/floor.py {folder}")
 
 
 def handwritten_script(folder: Path, steps: int) -> Path:
@@ -118,8 +119,13 @@ def run_once(name: str, folder: Path, steps: int) -> dict[str, object]:
     """One run to its end: when its command started, its job id, and rank 0's record."""
     folder.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if name in (FLOOR, HANDWRITTEN):
-        script = floor_script(folder) if name == FLOOR else handwritten_script(folder, steps)
+    if name in SCRIPTED:
+        if name == FLOOR:
+            script = floor_script(folder)
+        elif name == SRUN:
+            script = srun_script(folder, f"{ROOT}/bench/handwritten_ddp.py --max-steps {steps} --out {folder}")
+        else:
+            script = handwritten_script(folder, steps)
         command = ["sbatch", "--parsable", "--wait", str(script)]
         records = folder
     else:
@@ -137,7 +143,7 @@ def run_once(name: str, folder: Path, steps: int) -> dict[str, object]:
             subprocess.run(["scancel", *([str(job)] if job else ["--name", f"bench-{folder.name}"])], check=False)
             raise RuntimeError(f"{name}: no end after {RUN_TIMEOUT_S} s; its job cancelled") from None
     output = (folder / "command.out").read_text(errors="replace")
-    if name in (FLOOR, HANDWRITTEN):
+    if name in SCRIPTED:
         job_id = output.split()[0].split(";")[0] if output.split() else None
     else:
         job_id = _read(folder / "run" / "state.json").get("job_id")
@@ -270,8 +276,8 @@ def main() -> None:
     def ratio(name: str, base: str) -> float | None:
         return first[name] / first[base] if first[name] is not None and first[base] else None  # type: ignore[operator]
 
-    print(table(("run", "submit to first step s", "vs floor", "vs hand-written"),
-                [(name, shown(first[name]), shown(ratio(name, FLOOR), True), shown(ratio(name, HANDWRITTEN), True))
+    print(table(("run", "submit to first step s", "vs floor", "vs plain srun", "vs hand-written torchrun"),
+                [(name, shown(first[name]), *(shown(ratio(name, base), True) for base in (FLOOR, SRUN, HANDWRITTEN)))
                  for name in RUNS]))
     print()
 
