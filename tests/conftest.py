@@ -62,6 +62,19 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"SLURM test cluster unavailable: {reason}")
 
 
+CLUSTER_FIXTURES = frozenset({"slurm_cluster", "ssh_hosts"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts): every test of the one test cluster
+    (its nodes have fixed addresses) runs on one worker, in order; every other file's tests stay together, so
+    that a module's fixtures are made once."""
+    for item in items:
+        uses_cluster = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.xdist_group("slurm-cluster" if uses_cluster else item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A real two-node SLURM cluster (tests/slurm/cluster.sh) for the session; yields the clients' env."""
