@@ -7,6 +7,12 @@
 #   tests/slurm/cluster.sh node-start NODE [STATE]   that node's slurmd again (after a test killed it)
 #   tests/slurm/cluster.sh ssh-start [STATE]   one sshd per node (ports 22 and 2222), a key made for it
 #   tests/slurm/cluster.sh ssh-stop  [STATE]   those sshd gone
+#   tests/slurm/cluster.sh status [STATE]   which daemons run, and which processes hold a lease on them
+#
+# One cluster per machine (its addresses are fixed), shared by every process of a test run: each holds
+# /run/launchsl/lease.lock shared while it may use the cluster (tests/testcluster.py). `start` and `stop`
+# take that lock exclusive first, so they never end a cluster that a process is using; a caller that holds
+# a lease itself hands its lock in as file descriptor CLUSTER_LEASE_FD.
 #
 # For the ssh tests each node also runs its own sshd (Debian's openssh-server) with a host key and a client
 # key made here, in STATE/ssh; nothing of this machine's own ssh configuration is read or changed. Each
@@ -28,6 +34,42 @@ PORT_SLURMD=16818
 # Pid files live in one fixed place, not in STATE: a run killed before its `stop` (its STATE perhaps deleted
 # since) leaves daemons the next `start` must find and end. Only one test cluster runs on a machine anyway.
 PIDS=/run/$PREFIX
+
+CLAIMED=""
+claim() {  # start and stop only touch a cluster nobody is using
+    [ -n "$CLAIMED" ] && return 0
+    mkdir -p "$PIDS"
+    local fd=${CLUSTER_LEASE_FD:-}
+    if [ -n "$fd" ]; then
+        [[ $fd =~ ^[0-9]+$ ]] || { echo "CLUSTER_LEASE_FD: '$fd' is not a file descriptor" >&2; exit 2; }
+        flock -n -x "$fd" || in_use
+        eval "exec $fd>&-"  # the caller keeps the lock; the daemons started here must not hold it
+    else
+        exec 8>>"$PIDS/lease.lock"  # held until this script ends; its daemons get `8>&-`
+        flock -n -x 8 || in_use
+    fi
+    CLAIMED=1
+}
+
+in_use() {
+    echo "the test cluster is in use by process(es) $(lease_holders)(they hold $PIDS/lease.lock): not touching it" >&2
+    exit 4
+}
+
+lease_holders() {  # pids holding a lock on lease.lock, from /proc/locks
+    local inode
+    inode=$(stat -c %i "$PIDS/lease.lock" 2>/dev/null) || return 0
+    awk -v inode="$inode" '{ split($(NF-2), id, ":"); if (id[3] == inode) { pid = ($2 == "->") ? $6 : $5; printf "%s ", pid } }' /proc/locks
+}
+
+status() {
+    local file
+    for file in "$PIDS"/*.pid; do
+        [ -f "$file" ] || continue
+        if kill -0 "$(cat "$file")" 2>/dev/null; then echo "$(basename "$file" .pid): running"; else echo "$(basename "$file" .pid): gone"; fi
+    done
+    echo "leases held by: $(lease_holders)"
+}
 
 node_addr() { echo "$SUBNET.$((10 + $1))"; }   # n1 -> .11, n2 -> .12
 
@@ -112,17 +154,18 @@ start_network() {
 
 start() {
     command -v slurmctld >/dev/null || { echo "slurm-wlm is not installed: $0 install" >&2; exit 3; }
+    claim
     [ -e "$STATE/slurm.conf" ] && stop
     stop_leftovers
     mkdir -p "$PIDS" "$STATE"/{ctld,log,munge} "${NODES[@]/#/$STATE/spool/}"
     dd if=/dev/urandom of="$STATE/munge/munge.key" bs=1024 count=1 status=none
     chmod 400 "$STATE/munge/munge.key"
     munged --force --key-file="$STATE/munge/munge.key" --socket="$STATE/munge/munge.socket.2" \
-        --pid-file="$PIDS/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/seed"
+        --pid-file="$PIDS/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/seed" 8>&-
     write_config
     start_network
     export SLURM_CONF=$STATE/slurm.conf
-    slurmctld -f "$SLURM_CONF"
+    slurmctld -f "$SLURM_CONF" 8>&-
     local name
     for name in "${NODES[@]}"; do
         start_node "$name"
@@ -136,7 +179,7 @@ start_node() {  # the node's slurmd (again, after a test killed it: node-start N
     # the node's processes see themselves as $name. (Not `ip netns exec`: it remounts /sys, hiding the
     # cgroup file systems slurmd needs.)
     nsenter --net="/run/netns/$PREFIX-$name" unshare --mount --uts -- sh -c \
-        "mount --bind '$STATE/hosts-$name' /etc/hosts && hostname $name && exec slurmd -f '$STATE/slurm.conf' -N $name"
+        "mount --bind '$STATE/hosts-$name' /etc/hosts && hostname $name && exec slurmd -f '$STATE/slurm.conf' -N $name" 8>&-
 }
 
 ssh_start() {  # an sshd in every node, reachable from here with STATE/ssh/id_ed25519 as root
@@ -159,7 +202,7 @@ ssh_start() {  # an sshd in every node, reachable from here with STATE/ssh/id_ed
             "Subsystem sftp /usr/lib/openssh/sftp-server" "PidFile $PIDS/sshd-$name.pid" >"$dir/sshd_config-$name"
         stop_pid "$PIDS/sshd-$name.pid"
         nsenter --net="/run/netns/$PREFIX-$name" unshare --mount --uts -- sh -c \
-            "mount --bind '$STATE/hosts-$name' /etc/hosts && mount --bind '$STATE/srv-$name' /srv && hostname $name && exec /usr/sbin/sshd -f '$dir/sshd_config-$name' -E '$STATE/log/sshd-$name.log'"
+            "mount --bind '$STATE/hosts-$name' /etc/hosts && mount --bind '$STATE/srv-$name' /srv && hostname $name && exec /usr/sbin/sshd -f '$dir/sshd_config-$name' -E '$STATE/log/sshd-$name.log'" 8>&-
     done
     for i in "${!NODES[@]}"; do  # up once it answers
         for tries in $(seq 1 40); do
@@ -205,6 +248,7 @@ stop_pid() {  # a daemon by its pid file: TERM, then KILL if it lingers
 }
 
 stop() {
+    claim
     # Jobs first: stopped daemons would leave their processes behind.
     if [ -f "$STATE/slurm.conf" ]; then
         SLURM_CONF=$STATE/slurm.conf scancel --full --quiet "--user=$(id -un)" 2>/dev/null || true
@@ -243,5 +287,6 @@ case ${1:-} in
     node-start) STATE=${3:-/tmp/launch-slurm}; start_node "$2" ;;
     ssh-start) ssh_start ;;
     ssh-stop) ssh_stop ;;
-    *) echo "usage: $0 install|start|stop|ssh-start|ssh-stop [STATE_DIR] | node-start NODE [STATE_DIR]" >&2; exit 2 ;;
+    status) status ;;
+    *) echo "usage: $0 install|start|stop|ssh-start|ssh-stop|status [STATE_DIR] | node-start NODE [STATE_DIR]" >&2; exit 2 ;;
 esac

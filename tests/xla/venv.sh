@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The virtual environment for the XLA tests (tests/test_xla.py): torch + torch_xla 2.9.0 and launch's own
+# The virtual environment for the XLA tests (tests/e2e/test_xla.py): torch + torch_xla 2.9.0 and launch's own
 # dependencies, outside the repository and reused between runs.
 #
 #   tests/xla/venv.sh          make it (once: about 4 GB of downloads and 7 GB on disk) and print its python

@@ -10,7 +10,7 @@ import yaml
 from launch.cli import main
 from launch.errors import ConfigError
 from launch.profile_loader import BUNDLED_DIR, bundled_profile_names, load_profile
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_every_bundled_profile_loads_and_documents_itself() -> None:

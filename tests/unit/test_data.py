@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import write_idx
+from tests.helpers import write_idx
 from train import data
 from train.synthetic_digits import make_digits
 
@@ -76,15 +76,6 @@ def test_mnist_reads_all_four_idx_files_in_torchvision_layout(tmp_path: Path) ->
     assert tuple(pixels.shape) == (1, 28, 28) and int(label) == test_labels[5]
     expected = (test_images[5] / 255 - data.MEAN) / data.STD
     assert np.allclose(pixels[0].numpy(), expected, atol=1e-5)
-
-
-def test_mnist_with_only_gzipped_t10k_files_splits_them(tmp_path: Path) -> None:
-    images, labels = make_digits(10_000, seed=5)
-    write_idx(tmp_path, "t10k", images, labels, gz=True)
-    sets = data.load_mnist(tmp_path, is_first=True, barrier=lambda: None)
-    assert (len(sets.train), len(sets.test)) == (8000, 2000)
-    assert int(sets.test[0][1]) == labels[8000]
-    assert "t10k only" in sets.description
 
 
 def test_mnist_missing_and_not_downloadable_says_what_to_do(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

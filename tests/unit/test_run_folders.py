@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 COMMAND = ["--profile", "local-cpu", "--strategy", "ddp"]
 

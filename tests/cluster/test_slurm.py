@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.test_local_e2e import _processes_mentioning, _wait_for
-
-pytestmark = pytest.mark.e2e
+from tests.helpers import processes_mentioning, run_cli, wait_for
 
 BANNER = re.compile(r"rank (\d+)/(\d+) \(local rank \d+, node (\d+)\) on (\S+), pid \d+, rendezvous (\S+)")
 
@@ -50,9 +47,9 @@ def test_cancel_stops_the_job_on_both_nodes(slurm_cluster, tmp_path: Path) -> No
                       "--detach", "--", "--epochs", "40", "--log-every", "5", env=slurm_cluster)
     assert started.returncode == 0, started.stderr
     logs = [run_dir / "logs" / f"rank-{rank}.log" for rank in range(4)]
-    assert _wait_for(lambda: all(log.is_file() for log in logs) and "step 5/" in logs[0].read_text(), 120)
+    assert wait_for(lambda: all(log.is_file() for log in logs) and "step 5/" in logs[0].read_text(), 120)
     assert ": running" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
-    assert len(_processes_mentioning(str(run_dir))) >= 4  # four tasks (submitit: one per process)
+    assert len(processes_mentioning(str(run_dir))) >= 4  # four tasks (submitit: one per process)
     job_id = re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
     by_id = run_cli("status", job_id, env=slurm_cluster, cwd=tmp_path)  # run folders under ./runs by job id
     assert by_id.returncode == 2 and "nor the job id" in by_id.stderr, "this run is not under runs/"
@@ -61,8 +58,8 @@ def test_cancel_stops_the_job_on_both_nodes(slurm_cluster, tmp_path: Path) -> No
     assert ": running" in run_cli("status", job_id, env=slurm_cluster, cwd=tmp_path).stdout
     cancelled = run_cli("cancel", job_id, env=slurm_cluster, cwd=tmp_path)
     assert cancelled.returncode == 0, cancelled.stderr
-    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 60), "processes left on a node"
-    assert _wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, 30)
+    assert wait_for(lambda: not processes_mentioning(str(run_dir)), 60), "processes left on a node"
+    assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, 30)
 
 
 def test_logs_follow_streams_until_the_job_ends(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

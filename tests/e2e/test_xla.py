@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 PROFILE = ROOT / "tests" / "xla" / "tpu-cpu.yaml"
 STEPS = 6
@@ -58,7 +58,6 @@ def submitted(xla_python: str, tmp_path_factory: pytest.TempPathFactory):  # typ
     return run
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("strategy", ["ddp", "accelerate", "trainer"])
 def test_each_strategy_trains_on_an_xla_device(submitted, strategy: str) -> None:  # type: ignore[no-untyped-def]
     run_dir, done = submitted(strategy)
@@ -75,7 +74,6 @@ def test_each_strategy_trains_on_an_xla_device(submitted, strategy: str) -> None
         assert "LAUNCH_DIST_BACKEND=xla" in (run_dir / "plan.txt").read_text()
 
 
-@pytest.mark.e2e
 def test_ddp_on_xla_resumes_from_its_checkpoint_exactly(xla_python: str, submitted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A run stopped at step 3 and continued to 6 ends with the same parameters as one run straight to 6 that
     saved the same checkpoints. (On XLA a checkpoint runs the pending graph early, which moves the device's RNG
@@ -99,7 +97,6 @@ def test_ddp_on_xla_resumes_from_its_checkpoint_exactly(xla_python: str, submitt
     assert resumed["param_digests"] == json.loads((straight / "result.json").read_text())["param_digests"]
 
 
-@pytest.mark.e2e
 def test_a_cpu_profile_stays_on_the_cpu_where_torch_xla_is_installed(xla_python: str, tmp_path: Path) -> None:
     """On a TPU VM torch_xla is installed, and Accelerate would take XLA even for cpu=True (it failed so)."""
     run_dir = tmp_path / "cpu"
@@ -111,7 +108,6 @@ def test_a_cpu_profile_stays_on_the_cpu_where_torch_xla_is_installed(xla_python:
     assert (result["distributed_type"], result["device"], result["world_size"]) == ("MULTI_CPU", "cpu", 2)
 
 
-@pytest.mark.e2e
 def test_a_user_script_runs_once_per_xla_device_through_torch_xlas_launcher(xla_python: str, tmp_path: Path) -> None:
     """A user's per-process script on a TPU VM profile, as `torchrun` would run it on a GPU node: launch's
     XLA worker starts it once per local device (one here), with its arguments verbatim and its rank recorded."""

@@ -1,10 +1,9 @@
-"""`launch check`: the plan's processes with a probe instead of the code, on this machine and on the real test
-cluster; every failure is made for real inside one node's network namespace (a firewall rule, a missing
-interface, a shadowed package, a throttled link) and must be named, node and cause, in one line."""
+"""`launch check` on the real test cluster: the plan's processes with a probe instead of the code; every failure
+is made for real inside one node's network namespace (a firewall rule, a missing interface, a shadowed package, a
+throttled link) and must be named, node and cause, in one line."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import re
 import subprocess
@@ -15,91 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from launch.check import Reports, judge
-from tests.conftest import ROOT, run_cli
-from tests.test_local_e2e import _processes_mentioning, _wait_for
+from tests.e2e.check_table import digest, rows
+from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for
 
 PROBE = ROOT / "tests" / "user_code" / "probe.py"
 NODE_NS = "launchsl-{}"  # tests/slurm/cluster.sh's namespace of each node
 HEAD = "10.231.77.11"  # n1's address there
 PORT = 29555  # the fixed rendezvous port of the profiles below, so a rule can name it
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-
-
-def rows(table: str) -> dict[str, dict[str, str]]:
-    """The check's table as {host: {column: value}} (columns are two or more spaces apart)."""
-    lines = [line for line in table.splitlines() if line.strip()]
-    start = next(index for index, line in enumerate(lines) if line.startswith("node "))
-    header = re.split(r"\s{2,}", lines[start].strip())
-    found = {}
-    for line in lines[start + 1:]:
-        cells = re.split(r"\s{2,}", line.strip())
-        if len(cells) == len(header) and cells[0].isdigit():
-            found[cells[1]] = dict(zip(header, cells))
-    return found
-
-
-@pytest.mark.e2e
-def test_check_passes_on_this_machine_and_reports_what_every_rank_runs(tmp_path: Path) -> None:
-    import socket
-
-    import torch
-
-    done = run_cli("check", "--profile", "local-cpu", "--script", str(PROBE), cwd=tmp_path, timeout=180)
-    assert done.returncode == 0, done.stderr
-    row = rows(done.stdout)[socket.gethostname()]
-    assert row["ranks"] == "0-1" and row["torch"] == torch.__version__
-    assert row["accelerate"] == importlib.metadata.version("accelerate")
-    assert row["code"] == digest(PROBE), "the digest of the script the job would run"
-    assert row["head"].startswith("ok") and row["bandwidth"].endswith("MB/s")
-    assert done.stdout.strip().splitlines()[-1].startswith("check passed in ")
-    checks = list((tmp_path / "runs").iterdir())
-    assert len(checks) == 1 and checks[0].name.startswith("local-cpu-check-"), "its own run folder under runs/"
-
-
-@pytest.mark.e2e
-def test_submit_with_check_checks_then_runs_the_job(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    done = run_cli("submit", "--check", "--profile", "local-cpu", "--script", str(PROBE), "--run-dir", str(run_dir),
-                   "--", str(tmp_path / "out"), cwd=tmp_path, timeout=240)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.index("check passed") < done.stdout.index("run dir:"), "the check comes first"
-    assert (tmp_path / "out" / "rank-1.json").is_file(), "then the job itself ran"
-
-
-def test_a_check_refuses_what_submit_refuses_before_starting_anything(tmp_path: Path) -> None:
-    done = run_cli("check", "--profile", "local-cpu", "--script", str(tmp_path / "missing.py"), cwd=tmp_path)
-    assert done.returncode == 2 and "missing.py" in done.stderr and "Traceback" not in done.stderr
-    assert not (tmp_path / "runs").exists()
-
-
-def test_the_verdict_names_the_odd_node_out_and_the_slow_link() -> None:
-    """judge() on the reports three nodes would write: one sees another accelerate, one link is slow."""
-    def rank(node: int, host: str, accelerate: str) -> dict[str, object]:
-        return {"rank": node, "node": node, "host": host, "python": "3.11.7", "torch": "2.14.1",
-                "accelerate": accelerate, "digest": "abc", "reach": "ok", "done": True, "problems": []}
-
-    reports = Reports(ranks=(rank(0, "a", "1.16.0"), rank(1, "b", "1.16.0"), rank(2, "c", "0.9.0")), nodes=(),
-                      links={"links": [{"node": 1, "latency_ms": 0.2, "bandwidth_mb_s": 900.0},
-                                       {"node": 2, "latency_ms": 0.3, "bandwidth_mb_s": 100.0}]})
-    verdict = judge(reports, nodes=3, per_node=1, device="cpu")
-    assert verdict.problems == ("accelerate differs between nodes: 0.9.0 on c; 1.16.0 on a, b",), \
-        "100 MB/s is within 5x of the median of the two links (500 MB/s)"
-    slow = Reports(ranks=reports.ranks[:2] + (rank(2, "c", "1.16.0"), rank(3, "d", "1.16.0")), nodes=(),
-                   links={"links": [{"node": 1, "latency_ms": 0.2, "bandwidth_mb_s": 900.0},
-                                    {"node": 2, "latency_ms": 0.3, "bandwidth_mb_s": 1000.0},
-                                    {"node": 3, "latency_ms": 0.3, "bandwidth_mb_s": 150.0}]})
-    assert judge(slow, nodes=4, per_node=1, device="cpu").problems == (
-        "d (node 3): its link to the head carries 150 MB/s, over 5x below the median 900 MB/s",)
-    silent = Reports(ranks=(reports.ranks[0], {**rank(1, "b", "1.16.0"), "done": False}), nodes=(), links=None)
-    assert judge(silent, nodes=2, per_node=1, device="cpu").problems == (  # a probe that died without a word
-        "b (node 1): ranks 1 ended before the check finished, without naming a cause (their logs say why)",)
-
-
-# ---- on the test cluster ------------------------------------------------------------------------------------
 
 
 def _in_node(node: str, *argv: str) -> None:
@@ -129,7 +50,6 @@ def _check(env: dict[str, str], cwd: Path, *argv: str) -> subprocess.CompletedPr
     return run_cli("check", "--script", str(PROBE), *argv, env=env, cwd=cwd, timeout=300)
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
 def test_check_passes_on_the_test_cluster(slurm_cluster, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
     done = _check(slurm_cluster, tmp_path, "--profile", "slurm-local-2x2", "--launcher", launcher)
@@ -143,7 +63,6 @@ def test_check_passes_on_the_test_cluster(slurm_cluster, tmp_path: Path, launche
     assert "check passed" in done.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
 def test_a_node_whose_traffic_to_the_head_is_dropped_is_named(slurm_cluster, write_profile, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                               launcher: str) -> None:
@@ -170,10 +89,9 @@ def test_a_node_whose_traffic_to_the_head_is_dropped_is_named(slurm_cluster, wri
     assert took < 120, "bounded: well under the profile's 120 s rendezvous timeout, queue and start included"
     assert [path.name.split("-check-")[0] for path in (tmp_path / "runs").iterdir()] == ["fixed-port"], \
         "only the check's folder: a failed check submits nothing"
-    assert _wait_for(lambda: not _processes_mentioning(str(tmp_path / "runs")), 15), "nothing of the check is left"
+    assert wait_for(lambda: not processes_mentioning(str(tmp_path / "runs")), 15), "nothing of the check is left"
 
 
-@pytest.mark.e2e
 def test_a_network_interface_one_node_lacks_is_named(slurm_cluster, write_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The profile names probe0, which only n1 has (a veth pair made in n1's namespace)."""
     profile = _profile(write_profile, "network_interface: probe0\n")
@@ -203,7 +121,6 @@ def _shadowed_on_n2(package: str, version: str, tmp_path: Path) -> Iterator[None
         subprocess.run([*enter, "umount", str(metadata)], check=True, timeout=30)
 
 
-@pytest.mark.e2e
 def test_a_package_version_one_node_sees_differently_is_named(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     installed = importlib.metadata.version("accelerate")
     with _shadowed_on_n2("accelerate", "0.0.1+shadow", tmp_path):
@@ -214,7 +131,6 @@ def test_a_package_version_one_node_sees_differently_is_named(slurm_cluster, tmp
     assert rows(done.stdout)["n2"]["accelerate"] == "0.0.1+shadow"
 
 
-@pytest.mark.e2e
 def test_a_throttled_link_is_flagged(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """n2's interface sends at most 20 Mbit/s (tc's token bucket; this kernel has no netem)."""
     with _changed("n2", [["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "20mbit", "burst", "64kb",

@@ -17,10 +17,10 @@ from launch.profile_loader import load_profile
 from launch.render import render_text
 from launch.rendezvous import port_for_job, port_for_job_shell
 from launch.shell import EnvRef
-from tests.conftest import ROOT, run_cli
+from tests.helpers import ROOT, run_cli
 
 PYTHON = "/opt/venv/bin/python"
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = ROOT / "tests" / "golden"
 
 
 def plan_for(profile: str, args: tuple[str, ...] = (), run_dir: str = "/runs/r1",  # type: ignore[no-untyped-def]

@@ -1,9 +1,10 @@
-"""TPU profiles: rendered plans (golden files), and `submit`/`cancel` of a pod slice through gcloud.
+"""TPU pod slices through gcloud: `submit`, `cancel`, `logs`, `check` and a failing rank; our command lines
+before the real Google Cloud CLI's parser (where it is installed); an XLA profile where torch_xla is missing.
 
 Google Cloud cannot be reached from here, so `gcloud` is a STAND-IN executable on PATH: it records its argv and
 plays every host of the slice by running the `--command` it was given under bash, once per worker, each in its
 own home folder. What the hosts' Python does is recorded by a second stand-in. The real XLA path of the
-entrypoints runs in tests/test_xla.py.
+entrypoints runs in tests/e2e/test_xla.py.
 """
 
 from __future__ import annotations
@@ -19,15 +20,13 @@ from pathlib import Path
 import pytest
 
 from launch.plan import build_plan
-from launch.profile_loader import BUNDLED_DIR, load_profile
-from launch.render import render_text
-from launch.snapshot import Snapshot
+from launch.profile_loader import load_profile
 from launch.remote_shell import host_run_dir
+from launch.snapshot import Snapshot
 from launch.worker import Target
-from tests.conftest import ROOT, free_port, run_cli
+from tests.helpers import ROOT, free_port, run_cli
+from tests.unit.tpu_plans import _tpu_plan
 
-GOLDEN = Path(__file__).parent / "golden" / "render"
-STRATEGIES = ("ddp", "accelerate", "trainer")
 WORKERS = 4
 
 GCLOUD = '''#!/usr/bin/env python3
@@ -83,45 +82,6 @@ with open(os.path.join(run_dir, "result.json"), "w") as result:
 with open(os.path.join(run_dir, "metrics.jsonl"), "w") as metrics:
     metrics.write(json.dumps({"kind": "eval", "step": 7, "eval_loss": 0.9, "eval_accuracy": 0.5}) + "\\n")
 '''
-
-
-def _tpu_plan(profile: str, strategy: str):  # type: ignore[no-untyped-def]
-    return build_plan(load_profile(profile), strategy, args=("--epochs", "1"), run_dir="/runs/r1",
-                      python="/opt/venv/bin/python", workdir="/project")
-
-
-@pytest.mark.parametrize("profile", ["tpu-v4-8", "tpu-v4-32"])
-def test_tpu_render_matches_its_reviewed_golden_file(profile: str) -> None:
-    """Every strategy's plan for a single TPU VM and for a pod slice: review a change, then UPDATE_GOLDEN=1."""
-    text = "\n".join(render_text(_tpu_plan(profile, strategy)) for strategy in STRATEGIES)
-    text = text.replace(str(BUNDLED_DIR), "cluster_configs")  # wherever this checkout or installation is
-    golden = GOLDEN / f"{profile}.txt"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text()
-
-
-def test_single_tpu_vm_runs_here_one_process_per_chip_through_torch_xla() -> None:
-    plan = _tpu_plan("tpu-v4-8", "ddp")
-    node = plan.job.node
-    assert node.argv[:4] == ("/opt/venv/bin/python", "-m", "train.xla", "train.ddp")
-    assert ("PJRT_DEVICE", "TPU") in node.env and plan.job.backend == "local"
-    accelerate = _tpu_plan("tpu-v4-8", "accelerate").job.node
-    assert accelerate.argv[1:6] == ("-m", "accelerate.commands.launch", "--config_file",
-                                    "/runs/r1/accelerate_config.yaml", "-m")
-
-
-def test_pod_plan_is_one_gcloud_command_for_every_host() -> None:
-    plan = _tpu_plan("tpu-v4-32", "trainer")
-    assert plan.job.backend == "gcloud"
-    assert plan.job.submit_argv[:12] == ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone",
-                                     "us-central2-b", "--project", "my-gcp-project", "--worker=all", "--command")
-    assert plan.job.node.argv[:4] == ("python3", "-m", "train.xla", "train.trainer")
-    assert dict(plan.env)["LAUNCH_RUN_DIR"] == host_run_dir("/runs/r1") and plan.job.node.cwd == "launch"
-    # Two local folders of one name never share a folder (and its checkpoints) on the hosts; one folder keeps its own.
-    assert host_run_dir("/a/exp") != host_run_dir("/b/exp") and host_run_dir("/a/exp") == host_run_dir("/a/exp")
-    assert host_run_dir("/a/exp").startswith("runs/exp-")
 
 
 @pytest.fixture
@@ -294,15 +254,6 @@ def test_the_real_gcloud_parses_our_commands(tmp_path: Path) -> None:
         assert "unrecognized arguments" not in done.stderr and "argument" not in done.stderr.lower().split("account")[0]
 
 
-def test_pod_submit_without_gcloud_is_one_line(tmp_path: Path) -> None:
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    done = run_cli("submit", "--profile", "tpu-v4-32", "--strategy", "ddp", "--run-dir", str(tmp_path / "r"),
-                   cwd=tmp_path, env={"PATH": str(empty)})
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "gcloud: not found on PATH" in done.stderr and not (tmp_path / "r").exists()
-
-
 def test_xla_without_torch_xla_is_a_clear_error(tmp_path: Path) -> None:
     """This test environment has no torch_xla: submit refuses at once; the entrypoint itself says how to get it."""
     pytest.importorskip("torch")
@@ -365,7 +316,7 @@ def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_diff
 HOST_WORKER = """#!{python}
 \"\"\"STAND-IN for a TPU host's python starting launch.xla_worker: torch_xla's per-chip launcher needs TPU chips,
 so each host runs the code once, as rank 4 x its worker number, under launch's own worker (the XLA path itself
-runs for real in tests/test_xla.py).\"\"\"
+runs for real in tests/e2e/test_xla.py).\"\"\"
 import os, sys
 args = sys.argv[1:]
 assert args[:2] == ["-m", "launch.xla_worker"], args

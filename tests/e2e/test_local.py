@@ -6,15 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import ROOT, run_cli, write_idx
+from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, write_idx
 from train.synthetic_digits import make_digits
-
-pytestmark = pytest.mark.e2e
 
 RESULT_FIELDS = {"strategy", "profile", "world_size", "num_nodes", "epochs", "steps", "train_loss", "eval_loss",
                  "eval_accuracy", "samples_per_second", "wall_seconds", "dataset"}
@@ -89,94 +84,12 @@ def test_a_failing_job_fails_submit_with_its_status(tmp_path: Path) -> None:
     assert not (run_dir / "result.json").exists()
 
 
-def test_local_2gpu_without_gpus_fails_fast_and_names_local_cpu(tmp_path: Path) -> None:
-    started = time.monotonic()
-    result = run_cli("submit", "--profile", "local-2gpu", "--strategy", "ddp", "--run-dir", str(tmp_path / "r"),
-                     env={"CUDA_VISIBLE_DEVICES": ""})  # hides any GPUs, so this runs on GPU machines too
-    assert result.returncode == 2
-    assert "needs 2 CUDA devices, this machine has" in result.stderr and "--profile local-cpu" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert not (tmp_path / "r").exists()
-    assert time.monotonic() - started < 60
-
-
-def test_an_occupied_run_dir_is_refused_and_left_untouched(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "result.json").write_text("mine")
-    result = run_cli("submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir))
-    assert result.returncode == 2 and "already holds result.json" in result.stderr
-    assert (run_dir / "result.json").read_text() == "mine" and sorted(os.listdir(run_dir)) == ["result.json"]
-
-
-def test_an_unwritable_run_dir_is_one_line(tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    result = run_cli("submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(blocker / "run"))
-    assert result.returncode == 2 and "cannot write there" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_cancel_and_status_never_trust_a_stale_pid(tmp_path: Path) -> None:
-    """A run whose launcher died (or whose pid now belongs to someone else) is reported lost, and left alone."""
-    run_dir = tmp_path / "stale"
-    (run_dir / "logs").mkdir(parents=True)
-    (run_dir / "plan.txt").write_text("plan")
-    bystander = subprocess.Popen(["sleep", "60"])
-    try:
-        (run_dir / "state.json").write_text(json.dumps(
-            {"status": "running", "launcher_pid": bystander.pid, "launcher_started": 1}))
-        assert "lost (its launcher process is gone)" in run_cli("status", str(run_dir)).stdout
-        cancelled = run_cli("cancel", str(run_dir))
-        assert cancelled.returncode == 2 and "not running" in cancelled.stderr
-        assert bystander.poll() is None, "cancel killed a process that was not ours"
-        followed = run_cli("logs", str(run_dir), "--follow", timeout=30)
-        assert followed.returncode == 2 and "no log for rank 0" in followed.stderr
-    finally:
-        bystander.kill()
-
-
-def test_a_wheel_install_carries_the_bundled_profiles(tmp_path: Path) -> None:
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(tmp_path / "wheel"), str(ROOT)], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "wheel").glob("launch-*.whl")
-    target = tmp_path / "site"
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                                str(wheel)], capture_output=True, text=True)
-    assert installed.returncode == 0, installed.stderr
-    listing = subprocess.run([sys.executable, "-m", "launch", "profiles"], cwd=tmp_path, capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": str(target)})
-    assert listing.returncode == 0 and "local-cpu" in listing.stdout, listing.stderr
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    """Processes whose command line or environment (LAUNCH_RUN_DIR, for every process of a run) holds ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and any(text in (entry / part).read_bytes().decode(errors="replace")
-                                            for part in ("cmdline", "environ")):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return [pid for pid in found if pid != os.getpid()]
-
-
-def _wait_for(condition, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def _start_foreground(run_dir: Path) -> subprocess.Popen[str]:
     process = subprocess.Popen([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy",
                                 "ddp", "--run-dir", str(run_dir), "--", "--epochs", "50", "--log-every", "5"],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log = run_dir / "logs" / "rank-0.log"
-    assert _wait_for(lambda: log.is_file() and "step 5/" in log.read_text(), 120)
+    assert wait_for(lambda: log.is_file() and "step 5/" in log.read_text(), 120)
     return process
 
 
@@ -187,7 +100,7 @@ def test_sigterm_to_a_foreground_submit_cancels_the_job(tmp_path: Path) -> None:
     assert process.wait(timeout=60) == 130
     assert "the job was cancelled" in process.stderr.read()  # type: ignore[union-attr]
     assert json.loads((run_dir / "state.json").read_text())["status"] == "cancelled"
-    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 30), "processes left behind"
+    assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "processes left behind"
 
 
 def test_a_launcher_killed_outright_takes_its_job_with_it(tmp_path: Path) -> None:
@@ -195,7 +108,7 @@ def test_a_launcher_killed_outright_takes_its_job_with_it(tmp_path: Path) -> Non
     process = _start_foreground(run_dir)
     process.kill()
     process.wait()
-    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 60), "the job outlived its launcher"
+    assert wait_for(lambda: not processes_mentioning(str(run_dir)), 60), "the job outlived its launcher"
 
 
 def test_detach_status_logs_and_cancel(tmp_path: Path) -> None:
@@ -205,17 +118,17 @@ def test_detach_status_logs_and_cancel(tmp_path: Path) -> None:
     assert started.returncode == 0, started.stderr
     assert "started in the background" in started.stdout
     log = run_dir / "logs" / "rank-0.log"
-    assert _wait_for(lambda: log.is_file() and "step 5/" in log.read_text(), 120), started.stdout
+    assert wait_for(lambda: log.is_file() and "step 5/" in log.read_text(), 120), started.stdout
 
     status = run_cli("status", str(run_dir))
     assert status.returncode == 0 and ": running" in status.stdout
     logs = run_cli("logs", str(run_dir), "--rank", "1")
     assert logs.returncode == 0 and "rank 1/2" in logs.stdout
-    assert len(_processes_mentioning(str(run_dir))) >= 3  # launcher, torchrun, two workers
+    assert len(processes_mentioning(str(run_dir))) >= 3  # launcher, torchrun, two workers
 
     cancelled = run_cli("cancel", str(run_dir))
     assert cancelled.returncode == 0, cancelled.stderr
-    assert _wait_for(lambda: not _processes_mentioning(str(run_dir)), 60), "processes left behind"
+    assert wait_for(lambda: not processes_mentioning(str(run_dir)), 60), "processes left behind"
     assert ": cancelled" in run_cli("status", str(run_dir)).stdout
     again = run_cli("cancel", str(run_dir))
     assert again.returncode == 2 and "not running" in again.stderr

@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
-
-pytestmark = pytest.mark.e2e
+from tests.helpers import ROOT, run_cli
 
 STEPS = 120
 COMMON = ["--max-steps", str(STEPS), "--log-every", "20", "--seed", "3"]
@@ -106,11 +104,3 @@ def test_notebook_launcher_runs_each_strategy_in_two_processes(tmp_path: Path) -
     results = json.loads(line.removeprefix("RESULTS "))
     assert results == {s: [2, 6, s] for s in ("ddp", "accelerate", "trainer")}
     assert (tmp_path / "accelerate" / "logs" / "rank-1.log").is_file()
-
-
-def test_notebook_rejects_unknown_training_arguments() -> None:
-    from launch import notebook
-    from launch.errors import LaunchError
-
-    with pytest.raises(LaunchError, match="unknown training argument 'epoch'; did you mean 'epochs'"):
-        notebook.run("local-cpu", strategy="ddp", epoch=1)

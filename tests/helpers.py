@@ -1,0 +1,70 @@
+"""What tests of every kind share: the real CLI in a subprocess, waiting, processes of a run, MNIST files."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+USER_CODE = ROOT / "tests" / "user_code"  # user scripts the tests run as a user would
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m launch ARGS`` as a user would type it; output captured as text."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # from any folder
+    return subprocess.run([sys.executable, "-m", "launch", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": path, **(env or {})})
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float) -> bool:
+    """Whether ``condition()`` became true within ``timeout_s``. Asked every half second at first, then every
+    two: a condition is often a ``launch status`` process, and a long wait asking fast takes a core's worth of
+    CPU from the job it waits for."""
+    deadline, pause_s = time.monotonic() + timeout_s, 0.5
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(min(pause_s, max(deadline - time.monotonic(), 0)))
+        pause_s = min(pause_s * 1.25, 2.0)
+    return bool(condition())
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Processes whose command line or environment (LAUNCH_RUN_DIR, for every process of a run) holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and any(text in (entry / part).read_bytes().decode(errors="replace")
+                                            for part in ("cmdline", "environ")):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def write_idx(folder: Path, split: str, images: np.ndarray, labels: np.ndarray, *, gz: bool) -> None:
+    """Write images and labels in MNIST's IDX format (big-endian header, then uint8 data)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if gz else open
+    suffix = ".gz" if gz else ""
+    with opener(folder / f"{split}-images-idx3-ubyte{suffix}", "wb") as sink:
+        sink.write(struct.pack(">IIII", 2051, len(images), 28, 28) + images.astype(np.uint8).tobytes())
+    with opener(folder / f"{split}-labels-idx1-ubyte{suffix}", "wb") as sink:
+        sink.write(struct.pack(">II", 2049, len(labels)) + labels.astype(np.uint8).tobytes())

@@ -1,0 +1,251 @@
+"""The one SLURM test cluster of this machine (tests/slurm/cluster.sh): who starts it, who uses it, who stops it.
+
+The cluster's nodes have fixed addresses, so there is one cluster per machine, shared by every process of a
+test run (pytest-xdist workers, or two runs side by side), and three file locks in ``/run/launchsl`` decide:
+
+- ``lease.lock``: every process that may still use the cluster holds it shared. Starting or stopping needs
+  it exclusive, so nobody can stop (or start over) a cluster that another process is using; cluster.sh
+  itself refuses too (the lock reaches it as ``CLUSTER_LEASE_FD``).
+- ``admin.lock``: held while a process takes or gives back its lease, starts or stops the cluster.
+- ``use.lock``: held exclusive for the length of each cluster test, so cluster tests never overlap, whichever
+  worker runs them; each starts on an idle cluster with no job left over.
+
+The last process to give its lease back stops the cluster (one started by hand, with no ``owner`` file,
+is used and left running). The run's controlling process (``sweep``, at its
+end) stops a cluster its run started if a worker died holding it, so nothing is left after the run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+CLUSTER_SCRIPT = ROOT / "tests" / "slurm" / "cluster.sh"
+LOCKS = Path("/run/launchsl")  # cluster.sh's own folder for pid files
+STATE = Path("/tmp/launch-test-cluster")  # slurm.conf, logs, spool, keys; one cluster, one folder
+OWNER = LOCKS / "owner"  # the run that started the cluster now up: "RUN_ID PID"
+RUN_ID_VARIABLE = "LAUNCH_TEST_RUN_ID"  # set by the run's controlling process, inherited by its workers
+NODES = ("n1", "n2")
+
+
+class ClusterUnavailable(RuntimeError):
+    """The cluster cannot be had on this machine (no root, SLURM not installed, it did not start)."""
+
+
+def _locked(name: str, mode: int) -> int:
+    """An open file descriptor of ``LOCKS/name``, locked ``mode`` (blocking)."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LOCKS / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, mode)
+    return fd
+
+
+def _try_exclusive(fd: int, wait_s: float = 0.0) -> bool:
+    """Whether ``fd``'s lock became exclusive within ``wait_s``: nobody else holds it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+
+
+def _script(*args: str, lease_fd: int | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CLUSTER_LEASE_FD": str(lease_fd)} if lease_fd is not None else None
+    return subprocess.run([str(CLUSTER_SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env,
+                          pass_fds=(lease_fd,) if lease_fd is not None else ())
+
+
+def _alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().strip()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _daemons_up(*, ssh: bool) -> bool:
+    names = ["slurmctld", "munged", *(f"slurmd-{node}" for node in NODES)]
+    names += [f"sshd-{node}" for node in NODES] if ssh else []
+    return (STATE / "slurm.conf").is_file() and all(_alive(LOCKS / f"{name}.pid") for name in names)
+
+
+def _run_id() -> str:
+    return os.environ.get(RUN_ID_VARIABLE, f"pid-{os.getpid()}")
+
+
+def check_prerequisites(*, ssh: bool = False) -> None:
+    import shutil
+
+    if os.geteuid() != 0:
+        raise ClusterUnavailable("needs root (network namespaces, daemons)")
+    if not (shutil.which("slurmctld") and shutil.which("munged") and shutil.which("nft")):
+        raise ClusterUnavailable("slurm-wlm, munge and nftables are not installed (tests/slurm/cluster.sh install)")
+    if ssh and not (Path("/usr/sbin/sshd").is_file() and shutil.which("ssh") and shutil.which("scp")):
+        raise ClusterUnavailable("openssh-server and openssh-client are not installed (tests/slurm/cluster.sh "
+                                 "install)")
+
+
+class Lease:
+    """This process's share of the cluster, from its first cluster test to the end of its session."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a SLURM client needs to talk to the cluster."""
+        return {"SLURM_CONF": str(STATE / "slurm.conf")}
+
+    def take(self, *, ssh: bool) -> None:
+        """Hold a share of the cluster, starting it (and its sshd, with ``ssh``) where it is not up."""
+        admin = _locked("admin.lock", fcntl.LOCK_EX)
+        try:
+            if self._fd is None:
+                self._fd = _locked("lease.lock", fcntl.LOCK_SH)
+            if not _daemons_up(ssh=False):
+                self._start()
+            if ssh and not _daemons_up(ssh=True):
+                started = _script("ssh-start", str(STATE), timeout=120)
+                if started.returncode != 0:
+                    raise ClusterUnavailable(f"sshd did not start: {(started.stderr or started.stdout)[-1500:]}")
+        finally:
+            os.close(admin)
+
+    def _start(self) -> None:
+        """Start the cluster; only where nobody else holds a lease (their cluster is never ended under them)."""
+        assert self._fd is not None
+        if not _try_exclusive(self._fd):
+            raise ClusterUnavailable("it is down while another process holds a lease on it: "
+                                     f"{_script('status', str(STATE)).stdout.strip()}")
+        try:
+            started = _script("start", str(STATE), lease_fd=self._fd)
+            if started.returncode != 0:
+                _script("stop", str(STATE), lease_fd=self._fd, timeout=120)
+                raise ClusterUnavailable(f"it did not start: {(started.stderr or started.stdout).strip()[-1500:]}")
+            OWNER.write_text(f"{_run_id()} {os.getpid()}\n")
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def give_back(self) -> None:
+        """Give the share back; the last process to do so stops the cluster (unless it was started by hand)."""
+        if self._fd is None:
+            return
+        admin = _locked("admin.lock", fcntl.LOCK_EX)
+        try:
+            if _try_exclusive(self._fd) and OWNER.is_file():
+                stop(lease_fd=self._fd)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+            os.close(admin)
+
+
+def stop(*, lease_fd: int) -> None:
+    """Every daemon, namespace and job of the cluster gone (the caller holds the lease exclusive)."""
+    _script("stop", str(STATE), lease_fd=lease_fd, timeout=180)
+    OWNER.unlink(missing_ok=True)
+
+
+def sweep(wait_s: float = 120) -> bool:
+    """At the end of a run: stop the cluster this run started if nobody holds a lease on it any more (a
+    worker killed before it could stop it). Whether it stopped one."""
+    if not OWNER.is_file() or OWNER.read_text().split()[:1] != [_run_id()]:
+        return False
+    admin = _locked("admin.lock", fcntl.LOCK_EX)
+    lease = _locked("lease.lock", fcntl.LOCK_SH)
+    try:
+        if not _try_exclusive(lease, wait_s):
+            return False
+        stop(lease_fd=lease)
+        return True
+    finally:
+        os.close(lease)
+        os.close(admin)
+
+
+def slurm(*argv: str, timeout: float = 30) -> str:
+    """A SLURM client command against the cluster; its output ('' if it failed)."""
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "SLURM_CONF": str(STATE / "slurm.conf")})
+    return done.stdout if done.returncode == 0 else ""
+
+
+def node_states() -> dict[str, str]:
+    """Each node's state as sinfo abbreviates it (idle, alloc, down*, ...)."""
+    rows = {tuple(line.split()) for line in slurm("sinfo", "-h", "-N", "-o", "%N %t").splitlines()}
+    return {row[0]: row[1] for row in rows if len(row) == 2}
+
+
+def make_ready(timeout_s: float = 90) -> None:
+    """An idle cluster for the next test: leftover jobs cancelled, a dead node's slurmd started again."""
+    if slurm("squeue", "-h", "-o", "%i").strip():
+        slurm("scancel", "--full", f"--user={os.getuid()}")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = node_states()
+        if not slurm("squeue", "-h", "-o", "%i").strip() and set(states) == set(NODES) and \
+                all(state == "idle" for state in states.values()):
+            return
+        for node, state in states.items():
+            if state.startswith(("down", "drain", "fail", "unk")) or state.endswith("*"):
+                if not _alive(LOCKS / f"slurmd-{node}.pid"):
+                    _script("node-start", node, str(STATE), timeout=60)
+                slurm("scontrol", "update", f"nodename={node}", "state=resume")
+        time.sleep(0.5)
+    raise ClusterUnavailable(f"not idle after {timeout_s:.0f} s: nodes {node_states()}, jobs "
+                             f"{slurm('squeue', '-h', '-o', '%i %T %R').strip() or 'none'}")
+
+
+class Use:
+    """One cluster test's turn: no other cluster test, in any process, runs until it ends."""
+
+    def __enter__(self) -> None:
+        self._fd = _locked("use.lock", fcntl.LOCK_EX)
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self._fd)
+
+
+@dataclass(frozen=True)
+class SshHosts:
+    """The test cluster's nodes as ssh hosts: an sshd in each node's namespace, a key made for the test."""
+
+    state: Path  # the cluster's state folder; STATE/ssh holds the keys, STATE/srv-NODE is NODE's /srv
+    hosts: tuple[str, ...] = ("root@10.231.77.11", "root@10.231.77.12:2222")  # n1 on port 22, n2 on 2222
+    names: tuple[str, ...] = NODES
+
+    @property
+    def identity(self) -> Path:
+        return self.state / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state / "ssh" / "known_hosts"
+
+    def srv(self, name: str) -> Path:
+        """What node ``name`` sees as /srv: its own, not the other's."""
+        return self.state / f"srv-{name}"
+
+    def profile(self, folder: Path, *, name: str = "ssh2x2", hosts: tuple[str, ...] | None = None,
+                identity: Path | None = None, known_hosts: Path | None = None, extra: str = "") -> Path:
+        """A profile of kind ssh over both nodes (2 processes each); run folders under each node's own /srv."""
+        listed = ", ".join(f'"{host}"' for host in (hosts or self.hosts))
+        path = folder / f"{name}.yaml"
+        path.write_text(
+            f"kind: ssh\nnodes: {len(hosts or self.hosts)}\nprocs_per_node: 2\n{extra}"
+            f"ssh:\n  hosts: [{listed}]\n  identity_file: {identity or self.identity}\n"
+            f"  options: {{UserKnownHostsFile: {known_hosts or self.known_hosts}, StrictHostKeyChecking: 'yes', "
+            f"IdentitiesOnly: 'yes'}}\n  python: {sys.executable}\n  workdir: {ROOT}\n  runs_dir: /srv/runs\n",
+            encoding="utf-8")
+        return path
