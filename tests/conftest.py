@@ -4,7 +4,9 @@
   plans, renders or refuses (seconds in all per file). Marker ``unit``.
 - ``tests/e2e/``: real local processes that train or run workers (seconds to a minute each). Marker ``e2e``.
 - ``tests/cluster/``: the SLURM test cluster and its sshd (tests/slurm/cluster.sh; minutes). Marker
-  ``cluster``. They run one at a time, in one pytest-xdist worker where the run has several.
+  ``cluster``. SLURM tests run one at a time, ssh tests one at a time beside them (each lane in one
+  pytest-xdist worker where the run has several); ``whole_cluster`` tests (they change or measure the nodes'
+  network) have the cluster to themselves.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 import pytest
 
 # Helper modules beside the tests assert too: their failures read as the tests' own do.
-pytest.register_assert_rewrite("tests.helpers", "tests.e2e", "tests.unit", "tests.cluster")
+pytest.register_assert_rewrite("tests.helpers", "tests.user_code_runs", "tests.check_table", "tests.terminal",
+                               "tests.projects", "tests.tpu_plans")
 
 from tests import testcluster  # noqa: E402
 
@@ -30,17 +33,27 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[testcluster.RUN_ID_VARIABLE] = uuid.uuid4().hex
 
 
+def _xdist_group(item: pytest.Item, folder: str) -> str:
+    """Every cluster test of a lane in one group (one worker, in order); every other file its own group, so that
+    a module's fixtures are made once."""
+    if folder != "cluster":
+        return item.nodeid.split("::")[0]
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return "cluster-hosts" if "ssh_hosts" in fixtures else "cluster" if "slurm_cluster" in fixtures else item.nodeid
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test gets the marker of its folder. For ``--dist loadgroup`` (pyproject's addopts), every cluster
-    test goes to one worker, in order, and every other file stays whole, so its module fixtures are made once."""
+    """Each test gets the marker of its folder and a group for ``--dist loadgroup`` (pyproject's addopts). The
+    cluster tests that take both lanes come last, when the other lane's tests are done."""
     for item in items:
         where = Path(str(item.path)).resolve().parent
         folder = where.name
         if where.parent != TESTS or folder not in KINDS:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/e2e or tests/cluster")
         item.add_marker(getattr(pytest.mark, folder))
-        item.add_marker(pytest.mark.xdist_group("cluster" if folder == "cluster" else item.nodeid.split("::")[0]))
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item, folder)))
+    items.sort(key=lambda item: item.get_closest_marker("whole_cluster") is not None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -71,11 +84,15 @@ def _take(lease: testcluster.Lease, *, ssh: bool) -> None:
         _unavailable(str(unavailable))
 
 
+def _lanes(request: pytest.FixtureRequest, lane: str) -> tuple[str, ...]:
+    return testcluster.LANES if request.node.get_closest_marker("whole_cluster") else (lane,)
+
+
 @pytest.fixture
-def slurm_cluster(_cluster_lease: testcluster.Lease) -> Iterator[dict[str, str]]:
+def slurm_cluster(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[dict[str, str]]:
     """The real two-node SLURM cluster, idle and this test's alone while it runs; yields the clients' env."""
     _take(_cluster_lease, ssh=False)
-    with testcluster.Use():
+    with testcluster.Turn(*_lanes(request, "slurm")):
         try:
             testcluster.make_ready()
         except testcluster.ClusterUnavailable as unready:
@@ -84,10 +101,14 @@ def slurm_cluster(_cluster_lease: testcluster.Lease) -> Iterator[dict[str, str]]
 
 
 @pytest.fixture
-def ssh_hosts(slurm_cluster: dict[str, str], _cluster_lease: testcluster.Lease) -> testcluster.SshHosts:
-    """The cluster's nodes as ssh hosts (an sshd in each), this test's alone while it runs."""
+def ssh_hosts(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[testcluster.SshHosts]:
+    """The cluster's nodes as ssh hosts (an sshd in each); no other ssh test runs meanwhile."""
     _take(_cluster_lease, ssh=True)
-    return testcluster.SshHosts(state=testcluster.STATE)
+    lanes = _lanes(request, "hosts")
+    with testcluster.Turn(*lanes):
+        if "slurm" in lanes:
+            testcluster.make_ready()
+        yield testcluster.SshHosts(state=testcluster.STATE)
 
 
 @pytest.fixture

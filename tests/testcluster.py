@@ -1,14 +1,15 @@
 """The one SLURM test cluster of this machine (tests/slurm/cluster.sh): who starts it, who uses it, who stops it.
 
 The cluster's nodes have fixed addresses, so there is one cluster per machine, shared by every process of a
-test run (pytest-xdist workers, or two runs side by side), and three file locks in ``/run/launchsl`` decide:
+test run (pytest-xdist workers, or two runs side by side), and file locks in ``/run/launchsl`` decide:
 
 - ``lease.lock``: every process that may still use the cluster holds it shared. Starting or stopping needs
   it exclusive, so nobody can stop (or start over) a cluster that another process is using; cluster.sh
   itself refuses too (the lock reaches it as ``CLUSTER_LEASE_FD``).
 - ``admin.lock``: held while a process takes or gives back its lease, starts or stops the cluster.
-- ``use.lock``: held exclusive for the length of each cluster test, so cluster tests never overlap, whichever
-  worker runs them; each starts on an idle cluster with no job left over.
+- ``turn-slurm.lock``, ``turn-hosts.lock``: a cluster test holds its lane's lock for its whole length (SLURM
+  tests the first, ssh tests the second, a test that changes or measures the nodes' network both), so no two
+  tests of a lane overlap, whichever worker runs them; a SLURM test starts on an idle cluster with no job left.
 
 The last process to give its lease back stops the cluster (one started by hand, with no ``owner`` file,
 is used and left running). The run's controlling process (``sweep``, at its
@@ -207,14 +208,23 @@ def make_ready(timeout_s: float = 90) -> None:
                              f"{slurm('squeue', '-h', '-o', '%i %T %R').strip() or 'none'}")
 
 
-class Use:
-    """One cluster test's turn: no other cluster test, in any process, runs until it ends."""
+LANES = ("slurm", "hosts")  # SLURM's daemons and jobs; the nodes' sshd and what runs through them
+
+
+class Turn:
+    """One cluster test's turn on its lanes (both for a test that changes or measures the nodes' network):
+    no other cluster test on those lanes, in any process, runs until it ends."""
+
+    def __init__(self, *lanes: str) -> None:
+        self._lanes = [lane for lane in LANES if lane in lanes]  # one order everywhere: no deadlock
+        self._fds: list[int] = []
 
     def __enter__(self) -> None:
-        self._fd = _locked("use.lock", fcntl.LOCK_EX)
+        self._fds = [_locked(f"turn-{lane}.lock", fcntl.LOCK_EX) for lane in self._lanes]
 
     def __exit__(self, *_: object) -> None:
-        os.close(self._fd)
+        for fd in reversed(self._fds):
+            os.close(fd)
 
 
 @dataclass(frozen=True)

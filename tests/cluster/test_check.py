@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.check_table import digest, rows
+from tests.check_table import digest, rows
 from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for
+
+# Every test here changes a node's network or measures the links: no other cluster test runs meanwhile.
+pytestmark = pytest.mark.whole_cluster
 
 PROBE = ROOT / "tests" / "user_code" / "probe.py"
 NODE_NS = "launchsl-{}"  # tests/slurm/cluster.sh's namespace of each node

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.e2e.terminal import CLEAR_LINE, run_on_terminal
+from tests.terminal import CLEAR_LINE, run_on_terminal
 
 
 def test_a_queued_job_shows_how_long_it_waits_on_a_terminal(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -111,6 +111,7 @@ def test_a_job_preempted_for_a_higher_priority_partition_checkpoints_requeues_an
     assert ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
 
 
+@pytest.mark.whole_cluster  # cuts n2 off from n1
 def test_a_partition_between_the_nodes_ends_the_job_within_seconds_naming_the_host(  # type: ignore[no-untyped-def]
         slurm_cluster, write_profile, tmp_path: Path) -> None:
     """nftables in n2's namespace drops everything between n2 and n1; the controller stays reachable. Every
@@ -188,15 +189,17 @@ def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cl
                                                                        tmp_path: Path) -> None:
     """A 2-minute limit, USR2 30 s before it. SLURM checks limits every 30 s, so the signal comes 90 to 120 s
     into each allocation. The work is paced, not counted (tests/user_code/resumable.py: a collective and 0.25 s
-    a step, on the runtime API), so whether it fits does not depend on how busy the machine is: 480 steps are
-    at least 120 s of training, which never fit before the first signal, and fit in two allocations. The job
+    a step, on the runtime API), so whether it fits does not depend on how busy the machine is. SLURM sends
+    the signal up to one check early: 60 to 90 s into an allocation (72 s, seen 2026-12-04; with 60 s before
+    the limit, 30 to 60 s). 400 steps are at least 100 s of training: they never fit before the first signal,
+    and always fit in two allocations. The job
     must checkpoint at SLURM's signal, be requeued for its time limit and continue, training every step
     exactly once. (With the bundled example's counted steps, the same test needed 2 allocations on a quiet
     machine and 3 on a busy one: 234 to 464 s. The examples stop and resume the same way on SIGTERM, in the
     requeue and preemption tests above.)"""
     profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 30\n"
                             "  max_timeouts: 10\n")
-    out, run_dir, steps = tmp_path / "out", tmp_path / "run", 480
+    out, run_dir, steps = tmp_path / "out", tmp_path / "run", 400
     started = run_cli("submit", "--profile", str(profile), "--script", str(USER_CODE / "resumable.py"),
                       "--run-dir", str(run_dir), "--detach", "--", str(out), "--steps", str(steps),
                       "--step-seconds", "0.25", env=slurm_cluster)

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli, wait_for
-from tests.unit.projects import TRAIN, _project
+from tests.projects import TRAIN, make_project
 
 
 @pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
 def test_a_queued_job_runs_the_code_as_submitted(slurm_cluster, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
     """The cluster is busy; the script is deleted and the module it imports edited while the job waits."""
-    project = _project(tmp_path / "project")
+    project = make_project(tmp_path / "project")
     env = {**os.environ, **slurm_cluster}
     blocker = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--ntasks=4", "--output=/dev/null",
                               "--wrap", "sleep 300"], capture_output=True, text=True, env=env, check=True)

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests import testcluster
 from tests.helpers import ROOT
 
@@ -16,6 +18,7 @@ def _daemon_pids() -> dict[str, str]:
     return {path.stem: path.read_text().strip() for path in testcluster.LOCKS.glob("*.pid")}
 
 
+@pytest.mark.whole_cluster  # compares every daemon before and after
 def test_a_start_or_a_stop_from_outside_cannot_end_the_cluster_in_use(slurm_cluster) -> None:  # type: ignore[no-untyped-def]
     """What a second run (or a hand) does with cluster.sh while this test holds the cluster: refused, named."""
     before = _daemon_pids()

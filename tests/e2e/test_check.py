@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from tests.e2e.check_table import digest, rows
+from tests.check_table import digest, rows
 from tests.helpers import ROOT, run_cli
 
 PROBE = ROOT / "tests" / "user_code" / "probe.py"

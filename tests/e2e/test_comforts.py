@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.terminal import CLEAR_LINE, run_on_terminal
+from tests.terminal import CLEAR_LINE, run_on_terminal
 from tests.helpers import ROOT, run_cli
 
 

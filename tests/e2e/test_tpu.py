@@ -25,7 +25,7 @@ from launch.remote_shell import host_run_dir
 from launch.snapshot import Snapshot
 from launch.worker import Target
 from tests.helpers import ROOT, free_port, run_cli
-from tests.unit.tpu_plans import _tpu_plan
+from tests.tpu_plans import tpu_plan
 
 WORKERS = 4
 
@@ -238,7 +238,7 @@ def test_the_real_gcloud_parses_our_commands(tmp_path: Path) -> None:
 
     if shutil.which("gcloud") is None:
         pytest.skip("the Google Cloud CLI is not installed here")
-    plan = _tpu_plan("tpu-v4-32", "accelerate")
+    plan = tpu_plan("tpu-v4-32", "accelerate")
     code = Target(script="/project/train.py")
     shipped = build_plan(load_profile("tpu-v4-32"), "ddp", code, run_dir="/runs/r1", python="python3",
                          workdir="/project", snapshot=Snapshot(root="/project", kind="folder", files=("train.py",),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.user_code_runs import (
+from tests.user_code_runs import (
     HOSTILE,
     PROBE,
     USER_CODE,

@@ -237,14 +237,19 @@ wait_until_idle() {
     return 1
 }
 
-stop_pid() {  # a daemon by its pid file: TERM, then KILL if it lingers
-    local file=$1 pid
-    [ -f "$file" ] || return 0
-    pid=$(cat "$file")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -9 "$pid" 2>/dev/null || true
-    rm -f "$file"
+stop_pid() {  # daemons by their pid files: TERM to all at once, then KILL to those that linger
+    local file pid pids=() alive
+    for file in "$@"; do [ -f "$file" ] && pids+=("$(cat "$file")"); done
+    [ ${#pids[@]} -gt 0 ] || return 0
+    kill "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 1 20); do
+        alive=""
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ -n "$alive" ] || break
+        sleep 0.25
+    done
+    kill -9 "${pids[@]}" 2>/dev/null || true
+    rm -f "$@"
 }
 
 stop() {
@@ -259,12 +264,14 @@ stop() {
 }
 
 stop_leftovers() {  # every daemon, namespace and link of a test cluster, whichever STATE started it
-    local name ns pid found=""
+    local name ns pid found="" daemons=()
+    for name in "${NODES[@]}"; do daemons+=("$PIDS/slurmd-$name.pid" "$PIDS/sshd-$name.pid"); done
+    daemons+=("$PIDS/slurmctld.pid")
+    for name in "${daemons[@]}"; do [[ -f $name && $name != *sshd* ]] && found=1; done
+    stop_pid "${daemons[@]}"
+    stop_pid "$PIDS/munged.pid"  # last: slurmctld and slurmd talk through it until they end
     for name in "${NODES[@]}"; do
         ns="$PREFIX-$name"
-        [ -f "$PIDS/slurmd-$name.pid" ] && found=1
-        stop_pid "$PIDS/slurmd-$name.pid"
-        stop_pid "$PIDS/sshd-$name.pid"
         # Anything still running in the node (a job step's processes) goes with it.
         if ip netns list | grep -qw "$ns"; then
             for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
@@ -272,9 +279,6 @@ stop_leftovers() {  # every daemon, namespace and link of a test cluster, whiche
         fi
         ip link del "$PREFIX-$name" 2>/dev/null || true
     done
-    [ -f "$PIDS/slurmctld.pid" ] && found=1
-    stop_pid "$PIDS/slurmctld.pid"
-    stop_pid "$PIDS/munged.pid"
     ip link del "$PREFIX-br" 2>/dev/null && found=1
     [ -n "$found" ] && [ "${1:-}" != quiet ] && echo "ended a test cluster's leftover daemons and namespaces" >&2
     return 0

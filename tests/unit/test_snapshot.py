@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from tests.helpers import run_cli
-from tests.unit.projects import TRAIN, _project
+from tests.projects import TRAIN, make_project
 
 
 def _git(folder: Path, *argv: str) -> None:
@@ -18,7 +18,7 @@ def _git(folder: Path, *argv: str) -> None:
 
 
 def test_render_shows_the_git_work_tree_that_will_be_copied_with_its_digest(tmp_path: Path) -> None:
-    project = _project(tmp_path / "project")
+    project = make_project(tmp_path / "project")
     (project / ".gitignore").write_text("data/\n")
     (project / "data").mkdir()
     (project / "data" / "big.bin").write_bytes(b"0" * 1000)
@@ -41,7 +41,7 @@ def test_render_shows_the_git_work_tree_that_will_be_copied_with_its_digest(tmp_
 
 
 def test_a_project_over_the_size_limit_is_refused_in_one_line_unless_opted_out(tmp_path: Path) -> None:
-    project = _project(tmp_path / "project")
+    project = make_project(tmp_path / "project")
     with open(project / "weights.bin", "wb") as sparse:  # 101 MiB that take no disk
         sparse.truncate(101 * 1024 * 1024)
     done = run_cli("submit", "--profile", "slurm-local-2x2", "--script", "train.py", cwd=project)

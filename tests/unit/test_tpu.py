@@ -15,7 +15,7 @@ from launch.profile_loader import BUNDLED_DIR
 from launch.remote_shell import host_run_dir
 from launch.render import render_text
 from tests.helpers import ROOT, run_cli
-from tests.unit.tpu_plans import _tpu_plan
+from tests.tpu_plans import tpu_plan
 
 GOLDEN = ROOT / "tests" / "golden" / "render"
 STRATEGIES = ("ddp", "accelerate", "trainer")
@@ -24,7 +24,7 @@ STRATEGIES = ("ddp", "accelerate", "trainer")
 @pytest.mark.parametrize("profile", ["tpu-v4-8", "tpu-v4-32"])
 def test_tpu_render_matches_its_reviewed_golden_file(profile: str) -> None:
     """Every strategy's plan for a single TPU VM and for a pod slice: review a change, then UPDATE_GOLDEN=1."""
-    text = "\n".join(render_text(_tpu_plan(profile, strategy)) for strategy in STRATEGIES)
+    text = "\n".join(render_text(tpu_plan(profile, strategy)) for strategy in STRATEGIES)
     text = text.replace(str(BUNDLED_DIR), "cluster_configs")  # wherever this checkout or installation is
     golden = GOLDEN / f"{profile}.txt"
     if os.environ.get("UPDATE_GOLDEN"):
@@ -34,17 +34,17 @@ def test_tpu_render_matches_its_reviewed_golden_file(profile: str) -> None:
 
 
 def test_single_tpu_vm_runs_here_one_process_per_chip_through_torch_xla() -> None:
-    plan = _tpu_plan("tpu-v4-8", "ddp")
+    plan = tpu_plan("tpu-v4-8", "ddp")
     node = plan.job.node
     assert node.argv[:4] == ("/opt/venv/bin/python", "-m", "train.xla", "train.ddp")
     assert ("PJRT_DEVICE", "TPU") in node.env and plan.job.backend == "local"
-    accelerate = _tpu_plan("tpu-v4-8", "accelerate").job.node
+    accelerate = tpu_plan("tpu-v4-8", "accelerate").job.node
     assert accelerate.argv[1:6] == ("-m", "accelerate.commands.launch", "--config_file",
                                     "/runs/r1/accelerate_config.yaml", "-m")
 
 
 def test_pod_plan_is_one_gcloud_command_for_every_host() -> None:
-    plan = _tpu_plan("tpu-v4-32", "trainer")
+    plan = tpu_plan("tpu-v4-32", "trainer")
     assert plan.job.backend == "gcloud"
     assert plan.job.submit_argv[:12] == ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone",
                                      "us-central2-b", "--project", "my-gcp-project", "--worker=all", "--command")

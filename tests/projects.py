@@ -13,7 +13,7 @@ print(f"rank {os.environ['RANK']} runs the code as {helper.WORD}", flush=True)
 """
 
 
-def _project(folder: Path) -> Path:
+def make_project(folder: Path) -> Path:
     folder.mkdir()
     (folder / "helper.py").write_text('WORD = "submitted"\n')
     (folder / "train.py").write_text(TRAIN)

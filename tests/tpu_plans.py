@@ -6,6 +6,6 @@ from launch.plan import build_plan
 from launch.profile_loader import load_profile
 
 
-def _tpu_plan(profile: str, strategy: str):  # type: ignore[no-untyped-def]
+def tpu_plan(profile: str, strategy: str):  # type: ignore[no-untyped-def]
     return build_plan(load_profile(profile), strategy, args=("--epochs", "1"), run_dir="/runs/r1",
                       python="/opt/venv/bin/python", workdir="/project")
