@@ -159,20 +159,23 @@ def stop(*, lease_fd: int) -> None:
 
 
 def sweep(wait_s: float = 120) -> bool:
-    """At the end of a run: stop the cluster this run started if nobody holds a lease on it any more (a
+    """At the end of a run: stop the cluster this run started once nobody holds a lease on it any more (a
     worker killed before it could stop it). Whether it stopped one."""
-    if not OWNER.is_file() or OWNER.read_text().split()[:1] != [_run_id()]:
-        return False
-    admin = _locked("admin.lock", fcntl.LOCK_EX)
-    lease = _locked("lease.lock", fcntl.LOCK_SH)
-    try:
-        if not _try_exclusive(lease, wait_s):
+    deadline = time.monotonic() + wait_s
+    while OWNER.is_file() and OWNER.read_text().split()[:1] == [_run_id()]:
+        admin = _locked("admin.lock", fcntl.LOCK_EX)  # held only between tries: a worker may give back meanwhile
+        lease = _locked("lease.lock", fcntl.LOCK_SH)
+        try:
+            if _try_exclusive(lease):
+                stop(lease_fd=lease)
+                return True
+        finally:
+            os.close(lease)
+            os.close(admin)
+        if time.monotonic() >= deadline:
             return False
-        stop(lease_fd=lease)
-        return True
-    finally:
-        os.close(lease)
-        os.close(admin)
+        time.sleep(0.5)
+    return False
 
 
 def slurm(*argv: str, timeout: float = 30) -> str:
