@@ -12,8 +12,8 @@ test run (pytest-xdist workers, or two runs side by side), and file locks in ``/
   tests of a lane overlap, whichever worker runs them; a SLURM test starts on an idle cluster with no job left.
 
 The last process to give its lease back stops the cluster (one started by hand, with no ``owner`` file,
-is used and left running). The run's controlling process (``sweep``, at its
-end) stops a cluster its run started if a worker died holding it, so nothing is left after the run.
+is used and left running). The run's controlling process (``sweep``, at its end) stops a cluster its run
+started if a worker died holding it, so nothing is left after the run.
 """
 
 from __future__ import annotations
@@ -48,17 +48,13 @@ def _locked(name: str, mode: int) -> int:
     return fd
 
 
-def _try_exclusive(fd: int, wait_s: float = 0.0) -> bool:
-    """Whether ``fd``'s lock became exclusive within ``wait_s``: nobody else holds it."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.5)
+def _try_exclusive(fd: int) -> bool:
+    """Whether ``fd``'s lock became exclusive: nobody else holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def _script(*args: str, lease_fd: int | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
