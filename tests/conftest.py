@@ -4,9 +4,11 @@
   plans, renders or refuses (seconds in all per file). Marker ``unit``.
 - ``tests/e2e/``: real local processes that train or run workers (seconds to a minute each). Marker ``e2e``.
 - ``tests/cluster/``: the SLURM test cluster and its sshd (tests/slurm/cluster.sh; minutes). Marker
-  ``cluster``. SLURM tests run one at a time, ssh tests one at a time beside them (each lane in one
-  pytest-xdist worker where the run has several); ``whole_cluster`` tests (they change or measure the nodes'
-  network) have the cluster to themselves.
+  ``cluster``. Three lanes side by side, each one test at a time (and in one pytest-xdist worker where the
+  run has several): SLURM tests on nodes n1 and n2 (fixture ``slurm_cluster``), SLURM tests on n3 and n4
+  (``second_pair``: the long ones that wait on SLURM's clock or break a node), ssh tests on n1 and n2's sshd
+  (``ssh_hosts``). ``whole_pair`` tests (they change or measure n1 and n2's network) hold both lanes on n1
+  and n2; the second pair's tests go on beside them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,13 +42,17 @@ def _xdist_group(item: pytest.Item, folder: str) -> str:
     if folder != "cluster":
         return item.nodeid.split("::")[0]
     fixtures = set(getattr(item, "fixturenames", ()))
-    return "cluster-hosts" if "ssh_hosts" in fixtures else "cluster" if "slurm_cluster" in fixtures else item.nodeid
+    for fixture, group in (("ssh_hosts", "cluster-hosts"), ("slurm_cluster", "cluster"),
+                           ("second_pair", "cluster-pair2")):
+        if fixture in fixtures:
+            return group
+    return item.nodeid
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each test gets the marker of its folder and a group for ``--dist loadgroup`` (pyproject's addopts). The
-    cluster tests that take both lanes come last, when the other lane's tests are done."""
+    cluster tests that take both lanes on n1 and n2 come last, when the other lane's tests are done."""
     for item in items:
         where = Path(str(item.path)).resolve().parent
         folder = where.name
@@ -53,7 +60,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/e2e or tests/cluster")
         item.add_marker(getattr(pytest.mark, folder))
         item.add_marker(pytest.mark.xdist_group(_xdist_group(item, folder)))
-    items.sort(key=lambda item: item.get_closest_marker("whole_cluster") is not None)
+    items.sort(key=lambda item: item.get_closest_marker("whole_pair") is not None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -85,29 +92,51 @@ def _take(lease: testcluster.Lease, *, ssh: bool) -> None:
 
 
 def _lanes(request: pytest.FixtureRequest, lane: str) -> tuple[str, ...]:
-    return testcluster.LANES if request.node.get_closest_marker("whole_cluster") else (lane,)
+    return testcluster.FIRST_PAIR_LANES if request.node.get_closest_marker("whole_pair") else (lane,)
+
+
+def _ready(lanes: tuple[str, ...]) -> None:
+    """Every node pair of ``lanes`` idle, with no job left in its partitions."""
+    for lane in lanes:
+        if lane in testcluster.PAIRS:
+            try:
+                testcluster.PAIRS[lane].make_ready()
+            except testcluster.ClusterUnavailable as unready:
+                pytest.fail(f"SLURM test cluster: {unready}")
+
+
+@contextmanager
+def _pair(request: pytest.FixtureRequest, lease: testcluster.Lease, lane: str) -> Iterator[testcluster.NodePair]:
+    _take(lease, ssh=False)
+    lanes = _lanes(request, lane)
+    with testcluster.Turn(*lanes):
+        _ready(lanes)
+        yield testcluster.PAIRS[lane]
 
 
 @pytest.fixture
 def slurm_cluster(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[dict[str, str]]:
-    """The real two-node SLURM cluster, idle and this test's alone while it runs; yields the clients' env."""
-    _take(_cluster_lease, ssh=False)
-    with testcluster.Turn(*_lanes(request, "slurm")):
-        try:
-            testcluster.make_ready()
-        except testcluster.ClusterUnavailable as unready:
-            pytest.fail(f"SLURM test cluster: {unready}")
-        yield _cluster_lease.env
+    """The real SLURM cluster's first node pair (n1, n2; the default partition), idle and this test's alone while
+    it runs; yields the clients' env."""
+    with _pair(request, _cluster_lease, "slurm") as pair:
+        yield pair.env
+
+
+@pytest.fixture
+def second_pair(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[testcluster.NodePair]:
+    """The cluster's second node pair (n3, n4; partitions debug2 and high2), idle and this test's alone while
+    it runs, beside the first pair's tests: for tests that wait on SLURM's clock or break a node."""
+    with _pair(request, _cluster_lease, "slurm2") as pair:
+        yield pair
 
 
 @pytest.fixture
 def ssh_hosts(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[testcluster.SshHosts]:
-    """The cluster's nodes as ssh hosts (an sshd in each); no other ssh test runs meanwhile."""
+    """The cluster's nodes n1 and n2 as ssh hosts (an sshd in each); no other ssh test runs meanwhile."""
     _take(_cluster_lease, ssh=True)
     lanes = _lanes(request, "hosts")
     with testcluster.Turn(*lanes):
-        if "slurm" in lanes:
-            testcluster.make_ready()
+        _ready(lanes)
         yield testcluster.SshHosts(state=testcluster.STATE)
 
 

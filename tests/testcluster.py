@@ -7,9 +7,11 @@ test run (pytest-xdist workers, or two runs side by side), and file locks in ``/
   it exclusive, so nobody can stop (or start over) a cluster that another process is using; cluster.sh
   itself refuses too (the lock reaches it as ``CLUSTER_LEASE_FD``).
 - ``admin.lock``: held while a process takes or gives back its lease, starts or stops the cluster.
-- ``turn-slurm.lock``, ``turn-hosts.lock``: a cluster test holds its lane's lock for its whole length (SLURM
-  tests the first, ssh tests the second, a test that changes or measures the nodes' network both), so no two
-  tests of a lane overlap, whichever worker runs them; a SLURM test starts on an idle cluster with no job left.
+- ``turn-slurm.lock``, ``turn-slurm2.lock``, ``turn-hosts.lock``: a cluster test holds its lane's lock for its
+  whole length, so no two tests of a lane overlap, whichever worker runs them. The SLURM lanes are the two node
+  pairs (``PAIRS``: n1 and n2 in partitions debug and high, n3 and n4 in debug2 and high2); a SLURM test
+  starts on an idle pair with no job of its partitions left. ssh tests use n1 and n2's sshd; a test that
+  changes or measures n1 and n2's network holds both lanes on them.
 
 The last process to give its lease back stops the cluster (one started by hand, with no ``owner`` file,
 is used and left running). The run's controlling process (``sweep``, at its end) stops a cluster its run
@@ -33,7 +35,8 @@ LOCKS = Path("/run/launchsl")  # cluster.sh's own folder for pid files
 STATE = Path("/tmp/launch-test-cluster")  # slurm.conf, logs, spool, keys; one cluster, one folder
 OWNER = LOCKS / "owner"  # the run that started the cluster now up: "RUN_ID PID"
 RUN_ID_VARIABLE = "LAUNCH_TEST_RUN_ID"  # set by the run's controlling process, inherited by its workers
-NODES = ("n1", "n2")
+NODES = ("n1", "n2", "n3", "n4")
+SUBNET = "10.231.77"  # cluster.sh's: node nK is SUBNET.(10 + K)
 
 
 class ClusterUnavailable(RuntimeError):
@@ -72,8 +75,9 @@ def _alive(pid_file: Path) -> bool:
 
 
 def _daemons_up(*, ssh: bool) -> bool:
-    names = ["slurmctld", "munged", *(f"slurmd-{node}" for node in NODES)]
-    names += [f"sshd-{node}" for node in NODES] if ssh else []
+    """Whether the cluster is up: its controller (a node's slurmd is the node pair's business: a test may kill
+    one, and ``NodePair.make_ready`` starts it again) and, with ``ssh``, every node's sshd."""
+    names = ["slurmctld", "munged", *(f"sshd-{node}" for node in NODES if ssh)]
     return (STATE / "slurm.conf").is_file() and all(_alive(LOCKS / f"{name}.pid") for name in names)
 
 
@@ -101,8 +105,7 @@ class Lease:
 
     @property
     def env(self) -> dict[str, str]:
-        """What a SLURM client needs to talk to the cluster."""
-        return {"SLURM_CONF": str(STATE / "slurm.conf")}
+        return client_env()
 
     def take(self, *, ssh: bool) -> None:
         """Hold a share of the cluster, starting it (and its sshd, with ``ssh``) where it is not up."""
@@ -174,10 +177,15 @@ def sweep(wait_s: float = 120) -> bool:
     return False
 
 
+def client_env() -> dict[str, str]:
+    """What a SLURM client needs to talk to the cluster."""
+    return {"SLURM_CONF": str(STATE / "slurm.conf")}
+
+
 def slurm(*argv: str, timeout: float = 30) -> str:
     """A SLURM client command against the cluster; its output ('' if it failed)."""
     done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "SLURM_CONF": str(STATE / "slurm.conf")})
+                          env={**os.environ, **client_env()})
     return done.stdout if done.returncode == 0 else ""
 
 
@@ -187,27 +195,65 @@ def node_states() -> dict[str, str]:
     return {row[0]: row[1] for row in rows if len(row) == 2}
 
 
-def make_ready(timeout_s: float = 90) -> None:
-    """An idle cluster for the next test: leftover jobs cancelled, a dead node's slurmd started again."""
-    if slurm("squeue", "-h", "-o", "%i").strip():
-        slurm("scancel", "--full", f"--user={os.getuid()}")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        states = node_states()
-        if not slurm("squeue", "-h", "-o", "%i").strip() and set(states) == set(NODES) and \
-                all(state == "idle" for state in states.values()):
-            return
-        for node, state in states.items():
-            if state.startswith(("down", "drain", "fail", "unk")) or state.endswith("*"):
-                if not _alive(LOCKS / f"slurmd-{node}.pid"):
-                    _script("node-start", node, str(STATE), timeout=60)
-                slurm("scontrol", "update", f"nodename={node}", "state=resume")
-        time.sleep(0.5)
-    raise ClusterUnavailable(f"not idle after {timeout_s:.0f} s: nodes {node_states()}, jobs "
-                             f"{slurm('squeue', '-h', '-o', '%i %T %R').strip() or 'none'}")
+@dataclass(frozen=True)
+class NodePair:
+    """Two nodes of the cluster with partitions of their own: what one SLURM lane's tests run on."""
+
+    lane: str  # its Turn lane
+    nodes: tuple[str, str]
+    partition: str  # the jobs' partition
+    high_partition: str  # a partition whose jobs preempt the first's
+
+    @property
+    def env(self) -> dict[str, str]:
+        return client_env()
+
+    @staticmethod
+    def address(node: str) -> str:
+        return f"{SUBNET}.{10 + NODES.index(node) + 1}"
+
+    def profile(self, folder: Path, *, slurm: str = "", extra: str = "", name: str = "pair.yaml") -> Path:
+        """slurm-local-2x2 on this pair (its partition), with ``slurm`` (indented lines of its ``slurm:`` block)
+        and ``extra`` (top-level YAML) merged over it."""
+        path = folder / name
+        path.write_text(f"extends: slurm-local-2x2\nslurm:\n  partition: {self.partition}\n{slurm}{extra}",
+                        encoding="utf-8")
+        return path
+
+    def make_ready(self, timeout_s: float = 90) -> None:
+        """The pair idle for the next test: its partitions' leftover jobs cancelled, a dead node's slurmd started
+        again. The other pair's jobs are not touched."""
+        partitions = f"{self.partition},{self.high_partition}"
+
+        def jobs() -> list[str]:
+            return slurm("squeue", "-h", "-p", partitions, "-o", "%i").split()
+
+        for job in jobs():
+            slurm("scancel", "--full", job)
+        for node in self.nodes:
+            if not _alive(LOCKS / f"slurmd-{node}.pid"):
+                _script("node-start", node, str(STATE), timeout=60)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            states = {node: state for node, state in node_states().items() if node in self.nodes}
+            if not jobs() and set(states) == set(self.nodes) and all(state == "idle" for state in states.values()):
+                return
+            for node, state in states.items():
+                if state.startswith(("down", "drain", "fail", "unk")) or state.endswith("*"):
+                    if not _alive(LOCKS / f"slurmd-{node}.pid"):
+                        _script("node-start", node, str(STATE), timeout=60)
+                    slurm("scontrol", "update", f"nodename={node}", "state=resume")
+            time.sleep(0.5)
+        raise ClusterUnavailable(f"{'/'.join(self.nodes)} not idle after {timeout_s:.0f} s: nodes {node_states()}, "
+                                 f"jobs {slurm('squeue', '-h', '-o', '%i %P %T %R').strip() or 'none'}")
 
 
-LANES = ("slurm", "hosts")  # SLURM's daemons and jobs; the nodes' sshd and what runs through them
+PAIRS = {pair.lane: pair for pair in (NodePair("slurm", ("n1", "n2"), "debug", "high"),
+                                      NodePair("slurm2", ("n3", "n4"), "debug2", "high2"))}
+
+
+LANES = ("slurm", "slurm2", "hosts")  # the two node pairs' jobs; n1 and n2's sshd and what runs through them
+FIRST_PAIR_LANES = ("slurm", "hosts")  # every lane on n1 and n2: a test that changes their network holds both
 
 
 class Turn:
@@ -232,7 +278,7 @@ class SshHosts:
 
     state: Path  # the cluster's state folder; STATE/ssh holds the keys, STATE/srv-NODE is NODE's /srv
     hosts: tuple[str, ...] = ("root@10.231.77.11", "root@10.231.77.12:2222")  # n1 on port 22, n2 on 2222
-    names: tuple[str, ...] = NODES
+    names: tuple[str, ...] = ("n1", "n2")
 
     @property
     def identity(self) -> Path:

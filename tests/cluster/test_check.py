@@ -18,7 +18,7 @@ from tests.check_table import digest, rows
 from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for
 
 # Every test here changes a node's network or measures the links: no other cluster test runs meanwhile.
-pytestmark = pytest.mark.whole_cluster
+pytestmark = pytest.mark.whole_pair
 
 PROBE = ROOT / "tests" / "user_code" / "probe.py"
 NODE_NS = "launchsl-{}"  # tests/slurm/cluster.sh's namespace of each node

@@ -1,6 +1,7 @@
 """Faults on the real SLURM test cluster: preemption (USR2), the time limit, a requeue from outside (SIGTERM),
-two jobs at once, secrets. Each job spans both nodes; each must finish with its full step count and no
-epoch trained twice."""
+two jobs at once, secrets. Each job spans both nodes of a pair; each must finish with its full step count and
+no epoch trained twice. The tests that wait on SLURM's clock or break a node run on the second node pair,
+beside the first pair's tests."""
 
 from __future__ import annotations
 
@@ -64,41 +65,43 @@ def _stops_and_resumes(run_dir: Path, signal_name: str) -> list[tuple[int, int]]
     return list(zip(stopped, resumed, strict=True))
 
 
-def test_a_requeued_job_checkpoints_and_continues_where_it_stopped(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_requeued_job_checkpoints_and_continues_where_it_stopped(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``scontrol requeue`` sends SIGTERM, which submitit itself ignores: every task must still checkpoint
     before it ends. (USR2, submitit's own requeue signal, comes from SLURM itself in the time-limit test, and
     from ``scancel --signal`` in tests/cluster/test_user_code.py.)"""
-    run_dir = tmp_path / "run"
-    job_id = _submit(slurm_cluster, run_dir, "--max-steps", str(2 * STEPS_PER_EPOCH + 50))
+    run_dir, env = tmp_path / "run", second_pair.env
+    job_id = _submit(env, run_dir, "--max-steps", str(2 * STEPS_PER_EPOCH + 50),
+                     profile=str(second_pair.profile(tmp_path)))
     assert wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
-    _slurm(slurm_cluster, "scontrol", "requeue", job_id)
-    result = _finished(slurm_cluster, run_dir, 300)
+    _slurm(env, "scontrol", "requeue", job_id)
+    result = _finished(env, run_dir, 300)
     assert result["steps"] == 2 * STEPS_PER_EPOCH + 50 and result["world_size"] == 4
     ((stopped, resumed),) = _stops_and_resumes(run_dir, "SIGTERM")
     assert 30 <= stopped < STEPS_PER_EPOCH and resumed == stopped, "the run continued from the stop, exactly"
     assert result["resumed_from_step"] == stopped
     assert _evaluated_epochs(run_dir) == [1, 2, 3], "no epoch trained or evaluated twice"
-    assert "Restarts=1" in _slurm(slurm_cluster, "scontrol", "show", "job", job_id)
+    assert "Restarts=1" in _slurm(env, "scontrol", "show", "job", job_id)
 
 
 def test_a_job_preempted_for_a_higher_priority_partition_checkpoints_requeues_and_finishes(  # type: ignore[no-untyped-def]
-        slurm_cluster, tmp_path: Path) -> None:
-    """Real preemption (tests/slurm/cluster.sh: partition "high" preempts "debug" with PreemptMode=REQUEUE):
+        second_pair, tmp_path: Path) -> None:
+    """Real preemption (tests/slurm/cluster.sh: partition "high2" preempts "debug2" with PreemptMode=REQUEUE):
     SLURM sends SIGTERM, the job checkpoints within its grace time, waits in the queue while the high job
     runs, and continues; `submit`, following in the foreground, and `status` say it was preempted."""
-    run_dir = tmp_path / "run"
+    run_dir, env = tmp_path / "run", second_pair.env
     steps = STEPS_PER_EPOCH + 50
     follower = subprocess.Popen(
-        [sys.executable, "-m", "launch", "submit", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir",
+        [sys.executable, "-m", "launch", "submit", "--profile", str(second_pair.profile(tmp_path)), "--strategy",
+         "ddp", "--run-dir",
          str(run_dir), "--", "--batch-size", "16", "--checkpoint-every", "1000", "--log-every", "10",
          "--max-steps", str(steps)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **slurm_cluster, "PYTHONPATH": str(ROOT)})
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     try:
         assert wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
-        _slurm(slurm_cluster, "sbatch", "--partition=high", "--nodes=2", "--ntasks=4", "--output=/dev/null",
-               "--wrap", "sleep 5")
+        _slurm(env, "sbatch", f"--partition={second_pair.high_partition}", "--nodes=2", "--ntasks=4",
+               "--output=/dev/null", "--wrap", "sleep 5")
         assert wait_for(lambda: "requeued 1 time(s), last: preempted by a job of higher priority" in
-                        run_cli("status", str(run_dir), env=slurm_cluster).stdout, 120)
+                        run_cli("status", str(run_dir), env=env).stdout, 120)
         out, err = follower.communicate(timeout=420)
     finally:
         follower.kill()
@@ -108,30 +111,32 @@ def test_a_job_preempted_for_a_higher_priority_partition_checkpoints_requeues_an
     ((stopped, resumed),) = _stops_and_resumes(run_dir, "SIGTERM")
     assert stopped >= 30 and resumed == stopped, "checkpointed at the preemption, continued from there exactly"
     assert json.loads((run_dir / "result.json").read_text())["steps"] == steps
-    assert ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
+    assert ": finished" in run_cli("status", str(run_dir), env=env).stdout
 
 
-@pytest.mark.whole_cluster  # cuts n2 off from n1
 def test_a_partition_between_the_nodes_ends_the_job_within_seconds_naming_the_host(  # type: ignore[no-untyped-def]
-        slurm_cluster, write_profile, tmp_path: Path) -> None:
-    """nftables in n2's namespace drops everything between n2 and n1; the controller stays reachable. Every
-    rank's collective times out (the profile's 20 s) and ends; srun never hears that n2's tasks ended, so SLURM
-    would keep the job RUNNING until its time limit: launch ends it and reports the failure it was."""
-    profile = write_profile("extends: slurm-local-2x2\nrendezvous:\n  timeout_s: 20\n")
-    run_dir = tmp_path / "run"
+        second_pair, tmp_path: Path) -> None:
+    """nftables in the second node's namespace drops everything between it and the first; the controller stays
+    reachable. Every rank's collective times out (the profile's 20 s) and ends; srun never hears that the cut
+    node's tasks ended, so SLURM would keep the job RUNNING until its time limit: launch ends it and reports the
+    failure it was. (Only the second pair's link is cut: the first pair's tests go on beside it.)"""
+    profile = second_pair.profile(tmp_path, extra="rendezvous:\n  timeout_s: 20\n")
+    run_dir, env = tmp_path / "run", second_pair.env
+    first, cut_off = second_pair.nodes
+    names = f"({first}|{cut_off})"
     follower = subprocess.Popen(
         [sys.executable, "-m", "launch", "submit", "--profile", str(profile), "--strategy", "ddp", "--run-dir",
          str(run_dir), "--", "--batch-size", "16", "--log-every", "10", "--epochs", "20"], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **slurm_cluster, "PYTHONPATH": str(ROOT)})
-    table = ["ip", "netns", "exec", "launchsl-n2", "nft"]
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+    table = ["ip", "netns", "exec", f"launchsl-{cut_off}", "nft"]
     try:
         assert wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
         for rule in (["add", "table", "inet", "partition"],
                      ["add", "chain", "inet", "partition", "out", "{ type filter hook output priority 0; }"],
                      ["add", "chain", "inet", "partition", "in", "{ type filter hook input priority 0; }"],
-                     ["add", "rule", "inet", "partition", "out", "ip", "daddr", "10.231.77.11", "drop"],
-                     ["add", "rule", "inet", "partition", "in", "ip", "saddr", "10.231.77.11", "drop"]):
+                     ["add", "rule", "inet", "partition", "out", "ip", "daddr", second_pair.address(first), "drop"],
+                     ["add", "rule", "inet", "partition", "in", "ip", "saddr", second_pair.address(first), "drop"]):
             subprocess.run([*table, *rule], check=True, capture_output=True, timeout=30)
         cut = time.monotonic()
         out, err = follower.communicate(timeout=300)
@@ -144,49 +149,50 @@ def test_a_partition_between_the_nodes_ends_the_job_within_seconds_naming_the_ho
     assert "every rank ended over 20 s ago, but SLURM still lists the job as running" in out
     last = err.strip().splitlines()[-1]
     # gloo says "Timed out waiting ...", or "Application timeout caused pair closure" where its own timeout hit first
-    assert re.search(r"rank \d on (n1|n2) failed first \(.*([Tt]imed out|timeout).*; (n1|n2) stopped answering it\)",
+    assert re.search(rf"rank \d on {names} failed first \(.*([Tt]imed out|timeout).*; {names} stopped answering it\)",
                      last), last
     failed_on, silent = re.search(r"on (n\d) failed first .*; (n\d) stopped answering", last).groups()  # type: ignore[union-attr]
     assert failed_on != silent
-    assert ": failed" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
+    assert ": failed" in run_cli("status", str(run_dir), env=env).stdout
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "no process of the job is left"
 
 
-def test_a_node_that_dies_ends_the_allocation_and_is_named(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """slurmd on n2 killed, as when the node dies: SLURM finds it not responding (SlurmdTimeout, 30 s here),
-    ends the allocation and requeues the job (NODE_FAIL); `submit`, following it, and `status` name n2 and
-    what the job waits for; no process of the job stays on either node (its ranks on n2 lose their peers)."""
-    run_dir = tmp_path / "run"
-    state = str(Path(slurm_cluster["SLURM_CONF"]).parent)
+def test_a_node_that_dies_ends_the_allocation_and_is_named(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """slurmd on the pair's second node killed, as when the node dies: SLURM finds it not responding
+    (SlurmdTimeout, 30 s here), ends the allocation and requeues the job (NODE_FAIL); `submit`, following it,
+    and `status` name the node and what the job waits for; no process of the job stays on either node (its
+    ranks on the dead node lose their peers)."""
+    run_dir, env = tmp_path / "run", second_pair.env
+    dead = second_pair.nodes[1]
+    state = str(Path(env["SLURM_CONF"]).parent)
     follower = subprocess.Popen(
-        [sys.executable, "-m", "launch", "submit", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir",
-         str(run_dir), "--", "--batch-size", "16", "--log-every", "10", "--epochs", "20"], cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **slurm_cluster, "PYTHONPATH": str(ROOT)})
+        [sys.executable, "-m", "launch", "submit", "--profile", str(second_pair.profile(tmp_path)), "--strategy",
+         "ddp", "--run-dir", str(run_dir), "--", "--batch-size", "16", "--log-every", "10", "--epochs", "20"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     try:
         assert wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
-        os.kill(int(Path("/run/launchsl/slurmd-n2.pid").read_text()), signal.SIGKILL)
+        os.kill(int(Path(f"/run/launchsl/slurmd-{dead}.pid").read_text()), signal.SIGKILL)
         killed = time.monotonic()
-        assert wait_for(lambda: re.search(r": pending \(requeued 1 time\(s\), last: node n2 failed \(down\S*: Not "
-                                          r"responding\); waiting: ", run_cli("status", str(run_dir),
-                                                                              env=slurm_cluster).stdout), 150)
+        assert wait_for(lambda: re.search(rf": pending \(requeued 1 time\(s\), last: node {dead} failed \(down\S*: "
+                                          r"Not responding\); waiting: ", run_cli("status", str(run_dir),
+                                                                                  env=env).stdout), 150)
         assert time.monotonic() - killed < 30 + 60, "SLURM's SlurmdTimeout, then a few of its pings and polls"
         assert wait_for(lambda: not [pid for pid in processes_mentioning(str(run_dir)) if pid != follower.pid], 60), \
             "no process of the job is left on either node"
     finally:
         job_id = str(json.loads((run_dir / "state.json").read_text())["job_id"])
-        subprocess.run(["scancel", job_id], env={**os.environ, **slurm_cluster}, timeout=60)
-        subprocess.run([str(ROOT / "tests" / "slurm" / "cluster.sh"), "node-start", "n2", state], timeout=60)
-        subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], env={**os.environ, **slurm_cluster},
+        subprocess.run(["scancel", job_id], env={**os.environ, **env}, timeout=60)
+        subprocess.run([str(ROOT / "tests" / "slurm" / "cluster.sh"), "node-start", dead, state], timeout=60)
+        subprocess.run(["scontrol", "update", f"nodename={dead}", "state=resume"], env={**os.environ, **env},
                        capture_output=True, timeout=60)
         out, _ = follower.communicate(timeout=120)
-    assert re.search(r"job \d+: requeued \(node n2 failed \(down\S*: Not responding\); restart 1\)", out), out
-    assert wait_for(lambda: "idle" in _slurm(slurm_cluster, "sinfo", "-h", "-n", "n2", "-o", "%t"), 60), \
-        "n2 is back for the tests that follow"
+    assert re.search(rf"job \d+: requeued \(node {dead} failed \(down\S*: Not responding\); restart 1\)", out), out
+    assert wait_for(lambda: "idle" in _slurm(env, "sinfo", "-h", "-n", dead, "-o", "%t"), 60), \
+        f"{dead} is back for the tests that follow"
 
 
-def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]
-                                                                       tmp_path: Path) -> None:
+def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A 2-minute limit, USR2 30 s before it. SLURM checks limits every 30 s, so the signal comes 90 to 120 s
     into each allocation. The work is paced, not counted (tests/user_code/resumable.py: a collective and 0.25 s
     a step, on the runtime API), so whether it fits does not depend on how busy the machine is. SLURM sends
@@ -197,12 +203,11 @@ def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cl
     exactly once. (With the bundled example's counted steps, the same test needed 2 allocations on a quiet
     machine and 3 on a busy one: 234 to 464 s. The examples stop and resume the same way on SIGTERM, in the
     requeue and preemption tests above.)"""
-    profile = write_profile("extends: slurm-local-2x2\nslurm:\n  time_min: 2\n  signal_delay_s: 30\n"
-                            "  max_timeouts: 10\n")
-    out, run_dir, steps = tmp_path / "out", tmp_path / "run", 400
+    profile = second_pair.profile(tmp_path, slurm="  time_min: 2\n  signal_delay_s: 30\n  max_timeouts: 10\n")
+    out, run_dir, steps, env = tmp_path / "out", tmp_path / "run", 400, second_pair.env
     started = run_cli("submit", "--profile", str(profile), "--script", str(USER_CODE / "resumable.py"),
                       "--run-dir", str(run_dir), "--detach", "--", str(out), "--steps", str(steps),
-                      "--step-seconds", "0.25", env=slurm_cluster)
+                      "--step-seconds", "0.25", env=env)
     assert started.returncode == 0, started.stderr
     job_id = re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
     assert wait_for(lambda: (out / "done.json").is_file(), 600), _log(run_dir)[-3000:]
@@ -211,8 +216,8 @@ def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(slurm_cl
     stops = re.findall(r"stopped by SIGUSR2 at step (\d+)", _log(run_dir))
     assert stops, "the job ran into its time limit at least once"
     assert re.findall(r"resumed from step (\d+)", _log(run_dir)) == stops, "each allocation went on from the stop"
-    assert re.search(r"Restarts=[1-9]", _slurm(slurm_cluster, "scontrol", "show", "job", job_id))
-    assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, 60)
+    assert re.search(r"Restarts=[1-9]", _slurm(env, "scontrol", "show", "job", job_id))
+    assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=env).stdout, 60)
 
 
 def test_two_jobs_at_once_share_the_nodes_without_colliding(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]

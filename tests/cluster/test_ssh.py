@@ -176,7 +176,7 @@ def test_a_host_that_cannot_be_reached_fails_before_any_rank_starts(ssh_hosts: S
         assert not any(_host_run_dir(ssh_hosts, node, run_dir).exists() for node in ssh_hosts.names)
 
 
-@pytest.mark.whole_cluster  # measures the links between the nodes
+@pytest.mark.whole_pair  # measures the links between the nodes
 def test_check_runs_on_the_ssh_hosts(ssh_hosts: SshHosts, tmp_path: Path) -> None:
     done = run_cli("check", "--profile", str(ssh_hosts.profile(tmp_path)), cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

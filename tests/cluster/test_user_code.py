@@ -90,29 +90,29 @@ def test_a_failing_user_script_on_the_cluster_is_named_within_30_s(slurm_cluster
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 10), "a process of the job was left"
 
 
-def test_a_user_script_on_the_runtime_api_survives_preemption(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_user_script_on_the_runtime_api_survives_preemption(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """USR2 (submitit's requeue signal, as a preemption or a time limit sends it) early on: the script stops at
     a step all ranks agree on, and the requeued job continues from it; every step is trained exactly once.
     (SLURM's own time limit sends the same USR2 in tests/cluster/test_slurm_faults.py.)"""
-    out, run_dir = tmp_path / "out", tmp_path / "run"
+    out, run_dir, env = tmp_path / "out", tmp_path / "run", second_pair.env
     steps = 100  # 25 s of work at least: the signal comes 8 s after the start
-    started = run_cli("submit", "--profile", "slurm-local-2x2", "--script", str(USER_CODE / "resumable.py"),
-                      "--run-dir", str(run_dir), "--detach", "--", str(out), "--steps", str(steps),
-                      "--step-seconds", "0.25", env=slurm_cluster)
+    started = run_cli("submit", "--profile", str(second_pair.profile(tmp_path)), "--script",
+                      str(USER_CODE / "resumable.py"), "--run-dir", str(run_dir), "--detach", "--", str(out),
+                      "--steps", str(steps), "--step-seconds", "0.25", env=env)
     assert started.returncode == 0, started.stderr
     job_id = re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
     log = run_dir / "logs" / "rank-0.log"
     assert wait_for(lambda: (run_dir / "logs" / "rank-3.json").is_file(), 120)
     time.sleep(8)  # the script is past its imports and watches its stop signals
-    _slurm(slurm_cluster, "scancel", "--signal=USR2", job_id)
+    _slurm(env, "scancel", "--signal=USR2", job_id)
     assert wait_for(lambda: (out / "done.json").is_file(), 300), log.read_text()[-3000:]
     done = json.loads((out / "done.json").read_text())
     assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 4
     stops = re.findall(r"stopped by SIGUSR2 at step (\d+)", log.read_text())
     resumes = re.findall(r"resumed from step (\d+)", log.read_text())
     assert len(stops) == 1 and resumes == stops, "preempted once, resumed exactly where it stopped"
-    assert "Restarts=1" in _slurm(slurm_cluster, "scontrol", "show", "job", job_id)
-    assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, 60)
+    assert "Restarts=1" in _slurm(env, "scontrol", "show", "job", job_id)
+    assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=env).stdout, 60)
 
 
 def test_a_user_script_without_the_runtime_api_is_ended_by_scancel_within_seconds(slurm_cluster,  # type: ignore[no-untyped-def]

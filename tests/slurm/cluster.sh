@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real two-node SLURM cluster on one machine, for the test suite and for trying launch by hand.
+# A real SLURM cluster of two node pairs on one machine, for the test suite and for trying launch by hand.
 #
 #   tests/slurm/cluster.sh install          Debian's slurm-wlm, munge and nftables (apt-get)
 #   tests/slurm/cluster.sh start  [STATE]   munged + slurmctld on this host, one slurmd per network namespace
@@ -18,16 +18,21 @@
 # key made here, in STATE/ssh; nothing of this machine's own ssh configuration is read or changed. Each
 # node's /srv is its own folder (STATE/srv-NODE, a private bind mount), so a run folder there is that host's.
 #
-# Each node (n1, n2) is a network namespace with its own address on a private bridge, its own hostname (UTS
-# namespace) and its own /etc/hosts (a private bind mount), so a job really spans two hosts. Clients on this
+# Each node (n1 to n4) is a network namespace with its own address on a private bridge, its own hostname (UTS
+# namespace) and its own /etc/hosts (a private bind mount), so a job really spans two hosts. The nodes come in
+# two pairs with partitions of their own: `debug` (the default) and `high` on n1 and n2, `debug2` and `high2`
+# on n3 and n4, so two SLURM tests can run side by side, neither seeing the other's jobs, preemptions or
+# failed nodes. Clients on this
 # host talk to the cluster with SLURM_CONF=STATE/slurm.conf. STATE defaults to /tmp/launch-slurm.
 set -euo pipefail
 
 STATE=${2:-/tmp/launch-slurm}
-PREFIX=launchsl                # namespaces launchsl-n1, launchsl-n2; bridge launchsl-br
+PREFIX=launchsl                # namespaces launchsl-n1 ... launchsl-n4; bridge launchsl-br
 SUBNET=10.231.77               # the test hosts' own addresses, inside namespaces made here
 CTL_ADDR=$SUBNET.1
-NODES=(n1 n2)
+NODES=(n1 n2 n3 n4)
+PAIR1=n1,n2                    # partitions debug and high
+PAIR2=n3,n4                    # partitions debug2 and high2
 CPUS_PER_NODE=2
 PORT_CTLD=16817                # not SLURM's default ports: never confused with a real cluster's daemons
 PORT_SLURMD=16818
@@ -71,7 +76,7 @@ status() {
     echo "leases held by: $(lease_holders)"
 }
 
-node_addr() { echo "$SUBNET.$((10 + $1))"; }   # n1 -> .11, n2 -> .12
+node_addr() { echo "$SUBNET.$((10 + $1))"; }   # n1 -> .11, n2 -> .12, ...
 
 install() {
     export DEBIAN_FRONTEND=noninteractive
@@ -120,12 +125,14 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=300
 $nodes
-# Real preemption: a job in "high" requeues the jobs of "debug" it needs the nodes of. They get SIGTERM and
-# GraceTime seconds to checkpoint before SIGKILL, then wait in the queue again.
+# Real preemption: a job in "high" requeues the jobs of "debug" it needs the nodes of (and "high2" those of
+# "debug2"). They get SIGTERM and GraceTime seconds to checkpoint before SIGKILL, then wait in the queue again.
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60
-PartitionName=high Nodes=$(IFS=,; echo "${NODES[*]}") MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=debug Nodes=$PAIR1 Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60
+PartitionName=high Nodes=$PAIR1 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=debug2 Nodes=$PAIR2 MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60
+PartitionName=high2 Nodes=$PAIR2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
 }
 
