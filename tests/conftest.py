@@ -26,6 +26,7 @@ pytest.register_assert_rewrite("tests.helpers", "tests.user_code_runs", "tests.c
                                "tests.projects", "tests.tpu_plans")
 
 from tests import testcluster  # noqa: E402
+from tests.scheduling import LANE_GROUPS, LanesFirst  # noqa: E402
 
 KINDS = ("unit", "e2e", "cluster")
 TESTS = Path(__file__).resolve().parent
@@ -42,11 +43,7 @@ def _xdist_group(item: pytest.Item, folder: str) -> str:
     if folder != "cluster":
         return item.nodeid.split("::")[0]
     fixtures = set(getattr(item, "fixturenames", ()))
-    for fixture, group in (("ssh_hosts", "cluster-hosts"), ("slurm_cluster", "cluster"),
-                           ("second_pair", "cluster-pair2")):
-        if fixture in fixtures:
-            return group
-    return item.nodeid
+    return next((group for fixture, group in LANE_GROUPS.items() if fixture in fixtures), item.nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -61,6 +58,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(getattr(pytest.mark, folder))
         item.add_marker(pytest.mark.xdist_group(_xdist_group(item, folder)))
     items.sort(key=lambda item: item.get_closest_marker("whole_pair") is not None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` (pyproject's addopts) with the cluster's SLURM lanes handed out first; any other
+    ``--dist`` as pytest-xdist does it."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    return LanesFirst(config, log)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
