@@ -25,8 +25,8 @@ import pytest
 pytest.register_assert_rewrite("tests.helpers", "tests.user_code_runs", "tests.check_table", "tests.terminal",
                                "tests.projects", "tests.tpu_plans")
 
-from tests import testcluster  # noqa: E402
-from tests.scheduling import LANE_GROUPS, LanesFirst  # noqa: E402
+from tests import testcluster
+from tests.scheduling import LANE_GROUPS, LanesFirst
 
 KINDS = ("unit", "e2e", "cluster")
 TESTS = Path(__file__).resolve().parent
