@@ -277,6 +277,8 @@ def _head_first(inputs: _Inputs, node: NodeContext, argv: tuple[Arg, ...], run_d
 
 
 def _job_name(inputs: _Inputs) -> str:
+    if inputs.profile.slurm is not None and inputs.profile.slurm.job_name:
+        return inputs.profile.slurm.job_name
     code = inputs.code
     what = "check" if inputs.checking else inputs.strategy.name if inputs.bundled else PurePath(code.script or "").stem or str(code.module)
     return f"{inputs.profile.name}-{what}"

@@ -28,15 +28,22 @@ class SlurmSection:
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time_min: int = 60
+    time_min: int | None = None  # None: the partition's default time limit
     cpus_per_task: int | None = None
-    mem_gb: int | None = None
+    mem_gb: int | Literal["all"] | None = None  # "all": every node's whole memory (sbatch --mem=0)
     gpus_per_node: int | None = None
     constraint: str | None = None
     exclusive: bool = False
     signal_delay_s: int = 90  # submitit launcher: USR2 this long before the time limit, to checkpoint and requeue
     max_timeouts: int = 3  # requeues after running into the time limit (preemptions do not count)
-    extra_sbatch: dict[str, str] = field(default_factory=dict)
+    job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
+    srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
+    extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
+
+    @property
+    def mem(self) -> str | None:
+        """sbatch's --mem value: a whole node's memory is 0."""
+        return None if self.mem_gb is None else "0" if self.mem_gb == "all" else f"{self.mem_gb}G"
 
 
 @dataclass(frozen=True, kw_only=True)

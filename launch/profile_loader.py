@@ -15,7 +15,7 @@ from launch.errors import ConfigError, did_you_mean
 from launch import ssh
 from launch.profile import Profile, SlurmSection, SshSection, TpuSection
 from launch.rendezvous import TORCH_CONTRACT
-from launch.sbatch import SBATCH_OPTIONS, managed_option
+from launch.sbatch import MANAGED_SRUN_OPTIONS, SBATCH_OPTIONS, SRUN_OPTIONS, managed_option
 from launch.job import ENVIRONMENT
 from launch.secrets import looks_secret
 
@@ -37,6 +37,8 @@ BUNDLED_DIR = _bundled_dir()
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
+_SRUN_ARG = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(=(?P<value>.+))?\Z", re.DOTALL)
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TPU_NAMES = (  # what gcloud compute tpus tpu-vm accepts
     ("name", re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z"),
@@ -241,7 +243,15 @@ def _convert(value: Any, hint: Any, path: str, problems: list[str], *, partial: 
         options = [arg for arg in get_args(hint) if arg is not type(None)]
         if value is None:
             return None
-        return _convert(value, options[0], path, problems, partial=partial)
+        if len(options) == 1:
+            return _convert(value, options[0], path, problems, partial=partial)
+        for option in options:  # the first that takes the value as it is (say an integer, or 'all')
+            tried: list[str] = []
+            converted = _convert(value, option, path, tried, partial=partial)
+            if not tried:
+                return converted
+        problems.append(f"{path}: expected {' or '.join(map(_option_name, options))}, got {_describe(value)}")
+        return value
     if origin is Literal:
         allowed = [str(arg) for arg in get_args(hint)]
         if value not in get_args(hint):
@@ -322,6 +332,12 @@ def _describe(value: Any) -> str:
 def _type_name(hint: Any) -> str:
     return {bool: "a boolean (true/false)", int: "an integer", float: "a number",
             str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _option_name(hint: Any) -> str:
+    if get_origin(hint) is Literal:
+        return " or ".join(repr(arg) for arg in get_args(hint))
+    return _type_name(hint)
 
 
 def _allowed_suffix(hint: Any) -> str:
@@ -453,16 +469,22 @@ def _check_tpu(profile: Profile, tpu: TpuSection) -> list[str]:
 
 def _check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
     problems = [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
-                for key in ("time_min", "cpus_per_task", "mem_gb")
+                for key in ("time_min", "cpus_per_task")
                 if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
+    if isinstance(slurm.mem_gb, int) and slurm.mem_gb < 1:
+        problems.append(f"slurm.mem_gb: must be at least 1, or all (every node's whole memory, sbatch's --mem=0), "
+                        f"got {slurm.mem_gb}")
     problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
                  for key in ("signal_delay_s", "max_timeouts") if getattr(slurm, key) < 0]
-    most = slurm.time_min * 60 - MIN_RUN_BEFORE_SIGNAL_S
-    if slurm.signal_delay_s > most:
+    most = slurm.time_min * 60 - MIN_RUN_BEFORE_SIGNAL_S if slurm.time_min is not None else None
+    if most is not None and slurm.signal_delay_s > most:
         problems.append(f"slurm.signal_delay_s: {slurm.signal_delay_s} s before the end of a {slurm.time_min} min "
                         f"job leaves less than {MIN_RUN_BEFORE_SIGNAL_S} s before the signal (SLURM then signals a "
                         f"requeued job as it starts, killing it); use at most {max(most, 0)} or a longer time_min")
-    problems += _check_sbatch_text(slurm)
+    problems += _check_sbatch_text(slurm) + _check_srun_args(slurm)
+    if slurm.job_name is not None and not _JOB_NAME.match(slurm.job_name):
+        problems.append(f"slurm.job_name: {slurm.job_name!r} must be letters, digits and . _ + - (it becomes an "
+                        "#SBATCH line, which is not shell)")
     gpus = slurm.gpus_per_node
     if gpus is not None and profile.device == "cuda" and gpus != profile.procs_per_node:
         problems.append(f"slurm.gpus_per_node: {gpus} GPUs per node cannot serve procs_per_node "
@@ -470,6 +492,26 @@ def _check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
     if gpus and profile.device == "cpu":
         problems.append(f"slurm.gpus_per_node: {gpus} GPUs asked for a device cpu profile; "
                         "remove it or set device: cuda")
+    return problems
+
+
+def _check_srun_args(slurm: SlurmSection) -> list[str]:
+    """slurm.srun_args: srun's own long options, none that launch sets on the step itself."""
+    problems = []
+    for index, arg in enumerate(slurm.srun_args):
+        where = f"slurm.srun_args[{index}]"
+        found = _SRUN_ARG.match(arg)
+        if found is None:
+            problems.append(f"{where}: {arg!r} is not a long srun option (--name or --name=value; write -N and "
+                            "the like in their long form)")
+            continue
+        name = found["name"]
+        if name not in SRUN_OPTIONS:
+            problems.append(f"{where}: --{name} is not an srun option;{did_you_mean(name, SRUN_OPTIONS)} see `man srun`")
+        elif name in MANAGED_SRUN_OPTIONS:
+            problems.append(f"{where}: --{name} is set by {MANAGED_SRUN_OPTIONS[name]}; leave it out")
+        if _CONTROL.search(arg):
+            problems.append(f"{where}: must be a single line without control characters")
     return problems
 
 

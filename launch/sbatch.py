@@ -12,9 +12,10 @@ from launch.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.secrets import looks_secret
 
 # sbatch options launch writes itself or that would contradict what it writes, with where each comes from.
-MANAGED_OPTIONS = {"job-name": "the profile and strategy names", "nodes": "nodes",
+MANAGED_OPTIONS = {"nodes": "nodes",
                    "ntasks-per-node": "one task per node", "ntasks": "nodes (one task per node)",
                    "time": "slurm.time_min", "output": "the run folder", "error": "the run folder",
+                   "job-name": "slurm.job_name (default: the profile and strategy names)",
                    "chdir": "the folder you submit from", "export": "the profile's env (all is exported)",
                    "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
                    "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem_gb", "mem-per-cpu": "slurm.mem_gb",
@@ -38,6 +39,34 @@ SBATCH_OPTIONS = frozenset({
     "sockets-per-node", "spread-job", "switches", "thread-spec", "threads-per-core", "time", "time-min", "tmp",
     "uid", "use-min-nodes", "wait-all-nodes", "wckey",
 })
+# srun's long options (Slurm 22.05's man page), for slurm.srun_args.
+SRUN_OPTIONS = frozenset({
+    "accel-bind", "account", "acctg-freq", "bb", "bbf", "bcast", "bcast-exclude", "begin", "chdir",
+    "cluster-constraint", "clusters", "comment", "compress", "constraint", "container", "contiguous", "core-spec",
+    "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
+    "dependency", "disable-status", "distribution", "epilog", "error", "exact", "exclude", "exclusive", "export",
+    "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task",
+    "gres", "gres-flags", "help", "het-group", "hint", "immediate", "input", "job-name", "jobid",
+    "kill-on-bad-exit", "label", "licenses", "mail-type", "mail-user", "mcs-label", "mem", "mem-bind",
+    "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "msg-timeout", "multi-prog", "network", "nice", "no-allocate",
+    "no-kill", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
+    "ntasks-per-socket", "open-mode", "output", "overcommit", "overlap", "oversubscribe", "partition", "power",
+    "prefer", "preserve-env", "priority", "profile", "prolog", "propagate", "pty", "qos", "quiet",
+    "quit-on-interrupt", "reboot", "relative", "reservation", "resv-ports", "send-libs", "signal",
+    "slurmd-debug", "sockets-per-node", "spread-job", "switches", "task-epilog", "task-prolog", "test-only",
+    "thread-spec", "threads", "threads-per-core", "time", "time-min", "tmp", "uid", "unbuffered", "usage",
+    "use-min-nodes", "verbose", "version", "wait", "wckey", "x11",
+})
+# srun options launch sets on the job's step, or that would undo its wiring, with where each comes from.
+MANAGED_SRUN_OPTIONS = {
+    "kill-on-bad-exit": "launch (one failed task ends the job)", "output": "the run folder",
+    "error": "the run folder", "input": "launch (the tasks read no input)", "nodes": "nodes",
+    "ntasks": "nodes and procs_per_node", "ntasks-per-node": "nodes and procs_per_node",
+    "export": "the profile's env (all is exported)", "chdir": "the folder you submit from",
+    "unbuffered": "the submitit launcher", "jobid": "the job's own allocation", "het-group": "one job step",
+    "multi-prog": "one command on every task", "pty": "a batch job (no terminal)", "test-only": "a real run",
+    "no-allocate": "the job's own allocation", "help": "a real run", "usage": "a real run",
+    "version": "a real run"}
 _UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
 
 
@@ -60,10 +89,10 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
                           "(sbatch reads it from #SBATCH lines)")
     options: list[tuple[str, str | None]] = [
         ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
-        ("time", str(slurm.time_min)), ("output", f"{run_dir}/logs/slurm-%j.out")]
+        *([("time", str(slurm.time_min))] if slurm.time_min is not None else []),
+        ("output", f"{run_dir}/logs/slurm-%j.out")]
     optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
-                "cpus-per-task": _times(slurm.cpus_per_task, profile.procs_per_node),
-                "mem": f"{slurm.mem_gb}G" if slurm.mem_gb else None,
+                "cpus-per-task": _times(slurm.cpus_per_task, profile.procs_per_node), "mem": slurm.mem,
                 "gpus-per-node": str(gpus) if gpus else None,
                 "constraint": slurm.constraint}
     options += [(name, value) for name, value in optional.items() if value is not None]
@@ -103,7 +132,8 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
             lines.append(f': "${{{name}:?{name} must be in the environment sbatch runs in}}"')
         else:
             lines.append(f"export {name}={shlex.quote(value)}")
-    srun = ["srun", "--kill-on-bad-exit=1", f"--output={run_dir}/logs/node-%n.out"]
+    srun = ["srun", "--kill-on-bad-exit=1", f"--output={run_dir}/logs/node-%n.out",
+            *(profile.slurm.srun_args if profile.slurm is not None else ())]
     lines += [f"cd {shlex.quote(node.cwd)}",
               "# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
               f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]

@@ -44,15 +44,17 @@ def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, 
         raise ValueError(f"profile {profile.name} has no slurm section")
     gpus = profile.gpus_per_node
     optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
-                "cpus_per_task": slurm.cpus_per_task, "gpus_per_node": gpus or None,
-                "mem": f"{slurm.mem_gb}GB" if slurm.mem_gb else None, "constraint": slurm.constraint,
-                "exclusive": True if slurm.exclusive else None,
-                "additional_parameters": dict(slurm.extra_sbatch) or None}
+                "cpus_per_task": slurm.cpus_per_task, "gpus_per_node": gpus or None, "mem": slurm.mem,
+                "constraint": slurm.constraint, "exclusive": True if slurm.exclusive else None,
+                # submitit writes True as a bare flag ("--overcommit"); "" would be "--overcommit=''"
+                "additional_parameters": {option: value or True for option, value in slurm.extra_sbatch.items()}
+                or None}
     # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout. The batch
     # script outlives a SIGTERM (preemption sends one to every step): the tasks checkpoint and requeue the job.
+    # time None leaves --time out (the partition's default), where submitit would write its own 5 minutes.
     return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
             ("time", slurm.time_min), ("signal_delay_s", slurm.signal_delay_s),
-            ("srun_args", ["--kill-on-bad-exit=1"]), ("setup", [PREEMPTION_TRAP]),
+            ("srun_args", ["--kill-on-bad-exit=1", *slurm.srun_args]), ("setup", [PREEMPTION_TRAP]),
             *((key, value) for key, value in optional.items() if value is not None))
 
 

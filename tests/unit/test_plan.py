@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,31 @@ def test_slurm_plan_takes_node_rank_and_head_node_from_each_task() -> None:
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=debug",
                  "#SBATCH --cpus-per-task=2", "#SBATCH --time=10"):
         assert line in script.text
+
+
+ALLOCATION = ("extends: slurm-local-2x2\nslurm:\n  time_min: null\n  mem_gb: all\n  job_name: nightly.run\n"
+              "  srun_args: [--distribution=block, --label]\n  extra_sbatch:\n    overcommit: ''\n")
+
+
+def test_every_allocation_option_reaches_the_sbatch_script(write_profile) -> None:  # type: ignore[no-untyped-def]
+    """A whole node's memory, the partition's default time limit, the user's job name, srun options and a
+    flag-only sbatch option, as sbatch and srun want them."""
+    plan = build_plan(load_profile(str(write_profile(ALLOCATION))), "ddp", run_dir="/r", python="py", workdir="/w",
+                      launcher="sbatch")
+    lines = plan.files[0].text.splitlines()
+    assert {"#SBATCH --mem=0", "#SBATCH --job-name=nightly.run", "#SBATCH --overcommit"} <= set(lines)
+    assert not [line for line in lines if line.startswith("#SBATCH --time")], "the partition's default applies"
+    srun = shlex.split(next(line for line in lines if line.startswith("srun ")))
+    assert srun[1:5] == ["--kill-on-bad-exit=1", "--output=/r/logs/node-%n.out", "--distribution=block", "--label"]
+
+
+def test_every_allocation_option_reaches_submitit(write_profile) -> None:  # type: ignore[no-untyped-def]
+    plan = build_plan(load_profile(str(write_profile(ALLOCATION))), "ddp", run_dir="/r", python="py", workdir="/w",
+                      launcher="submitit")
+    parameters = dict(plan.job.parameters)
+    assert (parameters["mem"], parameters["time"], parameters["job_name"]) == ("0", None, "nightly.run")
+    assert parameters["srun_args"] == ["--kill-on-bad-exit=1", "--distribution=block", "--label"]
+    assert parameters["additional_parameters"] == {"overcommit": True}, "submitit writes True as a bare flag"
 
 
 def test_sbatch_script_defers_node_rank_to_each_task(tmp_path: Path) -> None:
@@ -154,7 +180,7 @@ def test_submitit_plan_is_one_task_per_process_running_the_code(write_profile) -
     assert job.backend == "submitit" and plan.files == ()
     parameters = dict(job.parameters)
     assert (parameters["nodes"], parameters["ntasks_per_node"], parameters["gpus_per_node"]) == (2, 4, 4)
-    assert parameters["cpus_per_task"] == 8 and parameters["mem"] == "200GB" and parameters["time"] == 120
+    assert parameters["cpus_per_task"] == 8 and parameters["mem"] == "200G" and parameters["time"] == 120
     assert parameters["additional_parameters"] == {"comment": "x"}
     assert parameters["srun_args"] == ["--kill-on-bad-exit=1"], "one dead task must end the job"
     assert job.code.module == "train.accelerated" and job.folder == "/r/submitit" and job.workdir == "/w"

@@ -117,6 +117,17 @@ BAD_PROFILES = [
     ("kind: slurm\nslurm:\n  extra_sbatch:\n    mail-typ: ALL\n",
      ["slurm.extra_sbatch.mail-typ: not an sbatch option; did you mean 'mail-type'?"]),
     ("kind: slurm\nnodes: 3000000\nslurm: {}\n", ["nodes: must be between 1 and 10000, got 3000000"]),
+    ("kind: slurm\nslurm:\n  mem_gb: 0\n", ["slurm.mem_gb: must be at least 1, or all (every node's whole memory"]),
+    ("kind: slurm\nslurm:\n  mem_gb: everything\n", ["slurm.mem_gb: expected an integer or 'all', got a string"]),
+    ("kind: slurm\nslurm:\n  job_name: \"my job\"\n", ["slurm.job_name: 'my job' must be letters, digits"]),
+    ("kind: slurm\nslurm:\n  extra_sbatch:\n    job-name: x\n",
+     ["slurm.extra_sbatch.job-name: set by launch from slurm.job_name"]),
+    ("kind: slurm\nslurm:\n  srun_args: [--cpu-bnd=none]\n",
+     ["slurm.srun_args[0]: --cpu-bnd is not an srun option; did you mean 'cpu-bind'?"]),
+    ("kind: slurm\nslurm:\n  srun_args: [--label, -N2]\n", ["slurm.srun_args[1]: '-N2' is not a long srun option"]),
+    ("kind: slurm\nslurm:\n  srun_args: [--output=x.log]\n",
+     ["slurm.srun_args[0]: --output is set by the run folder; leave it out"]),
+    ("kind: slurm\nslurm:\n  srun_args: --label\n", ["slurm.srun_args: expected a list of strings"]),
 ]
 
 

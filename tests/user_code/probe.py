@@ -32,7 +32,8 @@ def main() -> None:
     record = {"argv": sys.argv[1:], "argv0": sys.argv[0], "name": __name__, "host": socket.gethostname(),
               "sum": total.item(), **{key: os.environ.get(key) for key in (
                   "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                  "LAUNCH_RUN_DIR", "LAUNCH_CHECKPOINT_DIR")}}
+                  "LAUNCH_RUN_DIR", "LAUNCH_CHECKPOINT_DIR")},
+              "slurm": {key: value for key, value in os.environ.items() if key.startswith("SLURM_")}}
     with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as sink:
         json.dump(record, sink)
     print(f"probe rank {rank} of {dist.get_world_size()} on {socket.gethostname()}: sum {total.item():g}", flush=True)

@@ -1,0 +1,36 @@
+"""Every allocation option a site's batch script sets, through both SLURM launchers on the real test cluster:
+accepted by the real sbatch and srun, and seen by every rank and by ``scontrol show job``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers import run_cli
+from tests.user_code_runs import PROBE
+
+# slurm-local-2x2's time_min (10) unset again: the partition's default (INFINITE on the test cluster) applies.
+OPTIONS = ("  time_min: null\n  mem_gb: all\n  job_name: nightly.run\n  srun_args: [--distribution=block]\n"
+           "  extra_sbatch:\n    overcommit: ''\n")
+
+
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
+def test_every_allocation_option_reaches_slurm_and_the_ranks(second_pair, tmp_path, launcher: str) -> None:  # type: ignore[no-untyped-def]
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    done = run_cli("submit", "--profile", str(second_pair.profile(tmp_path, slurm=OPTIONS)), "--launcher", launcher,
+                   "--script", str(PROBE), "--run-dir", str(run_dir), "--", str(out), env=second_pair.env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text())["slurm"] for rank in range(4)]
+    assert {rank["SLURM_JOB_NAME"] for rank in ranks} == {"nightly.run"}
+    assert {rank["SLURM_DISTRIBUTION"] for rank in ranks} == {"block"}, "srun_args reached the job's step"
+    assert {rank.get("SLURM_OVERCOMMIT") for rank in ranks} == {"1"}, "the flag-only sbatch option took effect"
+    job_id = str(json.loads((run_dir / "state.json").read_text())["job_id"])
+    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, **second_pair.env}).stdout
+    # MinMemoryNode=0: sbatch's --mem=0, a whole node's memory (the cluster tracks CPUs, not memory, so the
+    # ranks see no SLURM_MEM_PER_NODE); UNLIMITED: debug2's own MaxTime, with no --time of launch's.
+    for field in ("JobName=nightly.run", "TimeLimit=UNLIMITED", "MinMemoryNode=0 "):
+        assert field in shown, shown
