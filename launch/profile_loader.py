@@ -37,7 +37,7 @@ BUNDLED_DIR = _bundled_dir()
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
-_SRUN_ARG = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(=(?P<value>.+))?\Z", re.DOTALL)
+_SRUN_ARG = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(=.+)?\Z", re.DOTALL)
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TPU_NAMES = (  # what gcloud compute tpus tpu-vm accepts
