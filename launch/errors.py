@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")  # a value holding one is not a single line
 
 
 class LaunchError(Exception):
