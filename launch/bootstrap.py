@@ -20,6 +20,7 @@ from typing import NoReturn
 from launch import job, phases, worker
 from launch.layout import REQUEUED, read_json, write_json_atomic
 from launch.rendezvous import port_for_job
+from launch.shell import with_env
 from launch.slurm_state import job_state
 from launch.worker import Target
 
@@ -69,8 +70,9 @@ class Bootstrap:
 
     code: Target
     env: tuple[tuple[str, str], ...]  # the plan's worker variables (secrets travel through sbatch, not here)
-    workdir: str
+    workdir: str | None  # None: where the task started (the profile's setup may have cd'd)
     port: int | None
+    requeue_signal: signal.Signals = signal.SIGUSR2  # 'checkpoint, then requeue' (slurm.requeue_signal)
 
     def __call__(self) -> int:
         phases.mark("unpickling")
@@ -83,24 +85,25 @@ class Bootstrap:
                           local_rank=task.local_rank,
                           num_tasks=task.num_tasks, num_nodes=task.num_nodes, node=task.node,
                           hostnames=tuple(task.hostnames))
-        os.environ.update(dict(self.env))
+        os.environ.update(with_env(os.environ, self.env))
         os.environ.update(torch_contract(facts, port=self.port, head_address=resolve_head(facts.hostnames[0])))
-        os.chdir(self.workdir)
-        sys.path[0] = self.workdir  # a module imports from the submitting folder, as `python -m` there would
+        if self.workdir is not None:
+            os.chdir(self.workdir)
+        sys.path[0] = os.getcwd()  # a module imports from the submitting folder, as `python -m` there would
         # The code gets the ordinary meaning of every signal (submitit ignores SIGTERM in its tasks and requeues
         # at once on USR2); code that watches stop signals (launch.job) checkpoints first. This process waits,
         # and on USR2 the first task requeues the job through submitit once the code has ended.
-        requeue = signal.getsignal(signal.SIGUSR2)
+        requeue = signal.getsignal(self.requeue_signal)  # submitit's, on SUBMITIT_PREEMPT_SIGNAL
         signal.pthread_sigmask(signal.SIG_BLOCK, worker.FORWARDED)  # until supervise forwards them (no gap)
-        for sig in (signal.SIGUSR2, signal.SIGTERM):
+        for sig in (self.requeue_signal, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         ending = worker.supervise(self.code.run_as_main, rank=facts.global_rank)
         # A signal that came after the code had finished its work (say, during its final evaluation) changes
         # nothing: the job is done, not to be requeued.
         if _stopped(ending):
-            for sig in (signal.SIGUSR2, signal.SIGTERM):
+            for sig in (self.requeue_signal, signal.SIGTERM):
                 if sig in ending.received:
-                    _end_stopped_task(sig, requeue, is_first=facts.global_rank == 0)
+                    _end_stopped_task(sig, requeue, is_first=facts.global_rank == 0, requeue_signal=self.requeue_signal)
         if ending.shell_status:
             raise TaskFailed(worker.failure_text(ending, facts.global_rank))
         return 0
@@ -145,20 +148,22 @@ def _stopped(ending: worker.Ending) -> bool:
     return ending.signum is not None or ending.shell_status != 0 or ending.status == "stopped"
 
 
-def _end_stopped_task(signum: int, requeue: object, *, is_first: bool) -> NoReturn:
-    """After the code ended: on USR2, or on the SIGTERM of a preemption, the first task requeues the job through
+def _end_stopped_task(signum: int, requeue: object, *, is_first: bool,
+                      requeue_signal: int = signal.SIGUSR2) -> NoReturn:
+    """After the code ended: on the requeue signal (USR2 unless the profile says), or on the SIGTERM of a preemption, the first task requeues the job through
     submitit (which then exits); any other SIGTERM means the scheduler is already ending or requeueing the job.
     Either way the task ends now."""
     preempted = signum == signal.SIGTERM and is_first and _preempted()
-    if is_first and callable(requeue) and (signum == signal.SIGUSR2 or preempted):
+    if is_first and callable(requeue) and (signum == requeue_signal or preempted):
         run_dir = job.info().run_dir
         if run_dir is not None:
             restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1  # the restart this requeue makes
             write_json_atomic(run_dir / REQUEUED, {"time": time.time(), "restart": restart, "cause": (
                 "preempted by a job of higher priority" if preempted else
-                "requeued itself at SLURM's USR2 warning (its time limit near, or a preemption)")})
-        requeue(signal.SIGUSR2, None)  # checkpoint() above, `scontrol requeue`, then SystemExit
+                f"requeued itself at SLURM's {signal.Signals(requeue_signal).name.removeprefix('SIG')} warning "
+                "(its time limit near, or a preemption)")})
+        requeue(requeue_signal, None)  # checkpoint() above, `scontrol requeue`, then SystemExit
     if signum == signal.SIGTERM and not is_first and _requeue_announced():
         signum = 0  # the first task requeues the job: ending nonzero first would make srun end it as failed
     sys.stdout.flush()
-    os._exit(0 if signum in (0, signal.SIGUSR2) else 128 + signum)
+    os._exit(0 if signum in (0, requeue_signal) else 128 + signum)

@@ -15,14 +15,14 @@ from pathlib import PurePath, PurePosixPath
 from typing import ClassVar
 
 from launch import job as contract
-from launch import probe, remote_shell, sbatch, ssh, tpu
+from launch import job_shell, probe, remote_shell, sbatch, ssh, tpu
 from launch.errors import LaunchError
 from launch.layout import CHECKPOINTS, LOGS, METRICS, RESULT
 from launch.profile import Profile
 from launch.secrets import looks_secret
 from launch.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID, port_for_run
 from launch.node import NodeCommand, PlanFile
-from launch.shell import Arg, EnvRef
+from launch.shell import Arg, EnvRef, join
 from launch.snapshot import Snapshot, path_in
 from launch.strategies import NodeContext, Strategy, get_strategy
 from launch.ssh_job import FAN_OUT, HOST_GUARD, SSH_JOB_SPEC, SshJob, SshNode, spec_text
@@ -34,7 +34,12 @@ WORKER = "launch.worker"  # what runs the code in each process (python -m launch
 XLA_WORKER = "launch.xla_worker"  # on XLA hosts: the code once per local device, through torch_xla's launcher
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
 MAX_RESTARTS = 100
-REQUEUE_SIGNALS = "SIGUSR2,SIGTERM"  # what a SLURM task through submitit treats as 'checkpoint, then stop'
+REMOTE_PYTHON = "python3"  # on ssh and TPU hosts, where the profile names none
+
+
+def requeue_signals(profile: Profile) -> str:
+    """What a SLURM task through submitit treats as 'checkpoint, then stop': the requeue signal and SIGTERM."""
+    return f"SIG{profile.slurm.requeue_signal if profile.slurm is not None else 'USR2'},SIGTERM"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +115,8 @@ class _Inputs:
     code: Target
     bundled: bool
     run_dir: str
-    python: str
+    python: str  # the interpreter on the nodes
+    here_python: str  # this machine's, for what runs here (the ssh fan-out)
     workdir: str
     max_restarts: int
     checking: bool = False  # the plan of `launch check`: the probe runs instead of the code
@@ -148,11 +154,13 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
                           "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time"
                           if profile.kind == "slurm" else "resubmit the same plan into its run folder to continue")
     bundled = code is None
+    here_python = python
+    python = profile.node_python(REMOTE_PYTHON if backend in ("ssh", "gcloud") else python)
     code = Target(module=chosen.example.module, args=args) if code is None else code
     if snapshot is not None:
         code = in_snapshot(code, snapshot, run_dir=job_run_dir(profile, backend, run_dir, workdir), workdir=workdir)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
-                     python=python, workdir=workdir, max_restarts=max_restarts, checking=check,
+                     python=python, here_python=here_python, workdir=workdir, max_restarts=max_restarts, checking=check,
                      code=probe_target(code) if check else code, snapshot=snapshot)
     return _JOB_BUILDERS[backend](inputs)
 
@@ -253,8 +261,8 @@ def _local_job(inputs: _Inputs) -> LaunchPlan:
                        master_port=None if port is None else str(port), max_restarts=inputs.max_restarts)
     env = _env(inputs, inputs.run_dir)
     where = "this machine, the TPU VM" if profile.kind == "tpu" else "this machine"
-    command = NodeCommand(node_rank=0, argv=_node_argv(inputs, node, inputs.run_dir, inputs.python), env=env,
-                          cwd=inputs.workdir)
+    argv = _in_shell(inputs, _node_argv(inputs, node, inputs.run_dir, inputs.python), inputs.run_dir)
+    command = NodeCommand(node_rank=0, argv=argv, env=env, cwd=inputs.workdir)
     return _plan(inputs, env, LocalJob(node=command, files=_files(inputs, inputs.run_dir), where=where))
 
 
@@ -264,6 +272,17 @@ def _slurm_node(inputs: _Inputs, env: tuple[tuple[str, str], ...]) -> NodeComman
     argv = _node_argv(inputs, node, inputs.run_dir, inputs.python)
     return NodeCommand(node_rank=0, argv=_head_first(inputs, node, argv, inputs.run_dir, inputs.python), env=env,
                        cwd=inputs.workdir)
+
+
+def _in_shell(inputs: _Inputs, argv: tuple[Arg, ...], run_dir: str, *, after: bool = True) -> tuple[Arg, ...]:
+    """``argv`` inside the profile's shell (modules, setup, node_setup, and ``after`` unless told not), as a bash
+    script on the command line; as it is without one."""
+    profile = inputs.profile
+    if not profile.has_shell:
+        return argv
+    if not after:
+        profile = replace(profile, after=())
+    return ("bash", "-c", job_shell.wrapped(profile, join(argv), run_dir=run_dir, python=inputs.python))
 
 
 def _head_first(inputs: _Inputs, node: NodeContext, argv: tuple[Arg, ...], run_dir: str,
@@ -288,15 +307,17 @@ def _sbatch_job(inputs: _Inputs) -> LaunchPlan:
     env = _env(inputs, inputs.run_dir)
     node = _slurm_node(inputs, env)
     script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
-    script = sbatch.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir)
+    script = sbatch.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,
+                                  python=inputs.python)
     files = (*_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
     return _plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
 
 
 def _submitit_job(inputs: _Inputs) -> LaunchPlan:
-    env = _env(inputs, inputs.run_dir, stop_signals=REQUEUE_SIGNALS)
+    env = _env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
     return _plan(inputs, env, submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir,
-                                           code=inputs.code, env=env, workdir=inputs.workdir))
+                                           code=inputs.code, env=env, workdir=inputs.workdir,
+                                           python=inputs.python))
 
 
 def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
@@ -307,8 +328,8 @@ def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
     port = profile.rendezvous.port  # where torch_xla's xla:// rendezvous listens on worker 0, if not its default
     env = _env(inputs, host_run_dir, **({"MASTER_PORT": str(port)} if port is not None else {}))
     node = NodeContext(node_rank="0", master_addr=None, master_port=None)
-    command = NodeCommand(node_rank=0, argv=_node_argv(inputs, node, host_run_dir, hosts.python), env=env,
-                          cwd=hosts.workdir)
+    command = NodeCommand(node_rank=0, argv=_in_shell(inputs, _node_argv(inputs, node, host_run_dir, inputs.python),
+                                                      host_run_dir), env=env, cwd=hosts.workdir)
     host_files = _files(inputs, host_run_dir)
     host_folder = str(PurePosixPath(hosts.workdir, host_run_dir))
     shell_command = remote_shell.host_command(workdir=hosts.workdir, files=[(f.path, f.text) for f in host_files],
@@ -344,9 +365,10 @@ def _ssh_job(inputs: _Inputs) -> LaunchPlan:
     nodes = []
     for rank, host in enumerate(hosts):
         context = NodeContext(node_rank=str(rank), master_addr=head, master_port=port)
-        argv = _head_first(inputs, context, _node_argv(inputs, context, host_run_dir, section.python), host_run_dir,
-                           section.python)
-        guarded = (section.python, "-m", HOST_GUARD, "--run-dir", host_run_dir, "--", *map(str, argv))
+        argv = _head_first(inputs, context, _node_argv(inputs, context, host_run_dir, inputs.python), host_run_dir,
+                           inputs.python)
+        guarded = _in_shell(inputs, (inputs.python, "-m", HOST_GUARD, "--run-dir", host_run_dir, "--", *map(str, argv)),
+                            host_run_dir, after=rank == 0)  # `after` once: on the head
         command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
         line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
                                          env=shown_env, argv=guarded,
@@ -354,7 +376,8 @@ def _ssh_job(inputs: _Inputs) -> LaunchPlan:
         nodes.append(SshNode(
             host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
             stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
-            reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(workdir, section.python, host_run_dir))))
+            reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(
+                workdir, inputs.python, host_run_dir, setup=job_shell.setup_block(profile, host_run_dir)))))
     fetched = (LOGS, *((probe.CHECK,) if inputs.checking else ()))
     collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
                                  recurse=True) for host in hosts)
@@ -362,7 +385,7 @@ def _ssh_job(inputs: _Inputs) -> LaunchPlan:
         ssh.scp_argv(section, hosts[0], [f"{host_folder}/{name}" for name in (RESULT, METRICS)], inputs.run_dir),)
     spec = PlanFile(path=str(PurePath(inputs.run_dir, SSH_JOB_SPEC)),
                     text=spec_text(nodes, secret_names, collect=collect, after=after))
-    fan_out = NodeCommand(node_rank=0, argv=(inputs.python, "-m", FAN_OUT, spec.path), cwd=inputs.workdir,
+    fan_out = NodeCommand(node_rank=0, argv=(inputs.here_python, "-m", FAN_OUT, spec.path), cwd=inputs.workdir,
                           env=tuple((name, value) for name, value in env if name in secret_names))
     ship = (remote_shell.pack_snapshot(inputs.run_dir), *(
         step for host in hosts for step in (

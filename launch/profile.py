@@ -36,6 +36,7 @@ class SlurmSection:
     exclusive: bool = False
     signal_delay_s: int = 90  # submitit launcher: USR2 this long before the time limit, to checkpoint and requeue
     max_timeouts: int = 3  # requeues after running into the time limit (preemptions do not count)
+    requeue_signal: str = "USR2"  # submitit launcher: the signal that means 'checkpoint, then requeue' (USR1, USR2)
     job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
     srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
     extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
@@ -56,7 +57,7 @@ class TpuSection:
     workers: int = 1  # hosts in the slice: 1 for a single TPU VM
     project: str | None = None  # gcloud's configured project when None
     runtime_version: str | None = None  # the VM image the TPU was created with (a record; not checked)
-    python: str = "python3"  # the Python on every host, with torch, torch_xla and launch's dependencies
+    python: str | None = None  # the profile's python: under its old name; default python3 on every host
     workdir: str = "launch"  # the project's folder on every host (relative: to the ssh user's home)
     remote: bool | None = None  # through gcloud from here; None: yes for a pod slice, no for a single VM
 
@@ -75,7 +76,7 @@ class SshSection:
     identity_file: str | None = None  # ssh -i
     jump_host: str | None = None  # ssh -J (ProxyJump)
     options: dict[str, str] = field(default_factory=dict)  # ssh -o KEY=VALUE, for every host
-    python: str = "python3"  # the Python on every host, with torch and launch's dependencies
+    python: str | None = None  # the profile's python: under its old name; default python3 on every host
     workdir: str | None = None  # the project folder on every host; None: the same path as the submitting folder
     runs_dir: str = "runs"  # run folders on every host live here (relative: to workdir)
 
@@ -95,6 +96,13 @@ class Profile:
     secrets: tuple[str, ...] = ()  # more variable names to treat as secrets (masked everywhere, never on disk)
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     network_interface: str | None = None
+    python: str | None = None  # the interpreter on the nodes: a path, or a name found on PATH after modules and
+    # setup; None: this machine's own (local, SLURM) or python3 (ssh, TPU hosts)
+    modules: tuple[str, ...] = ()  # environment modules loaded before setup (module load ...)
+    module_purge: bool = False  # module purge before loading them
+    setup: tuple[str, ...] = ()  # shell lines, in the shell that starts the processes, before they start
+    node_setup: tuple[str, ...] = ()  # shell lines once on every node before any rank starts there
+    after: tuple[str, ...] = ()  # shell lines once after the processes end, whatever the outcome
     slurm: SlurmSection | None = None
     tpu: TpuSection | None = None
     ssh: SshSection | None = None
@@ -109,6 +117,17 @@ class Profile:
         """GPUs to ask of SLURM per node: the profile's number, else one per process on cuda."""
         asked = self.slurm.gpus_per_node if self.slurm is not None else None
         return asked if asked is not None else (self.procs_per_node if self.device == "cuda" else None)
+
+    @property
+    def has_shell(self) -> bool:
+        """Whether the user's shell surrounds the job (modules, setup, node_setup or after)."""
+        return bool(self.modules or self.module_purge or self.setup or self.node_setup or self.after)
+
+    def node_python(self, default: str) -> str:
+        """The interpreter the nodes run: the profile's, its ssh or tpu section's (the old spelling), or
+        ``default``."""
+        section = self.ssh or self.tpu
+        return self.python or (section.python if section is not None else None) or default
 
     @property
     def dist_backend(self) -> str:

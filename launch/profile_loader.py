@@ -12,7 +12,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from launch.errors import CONTROL_CHARACTERS, ConfigError, did_you_mean
-from launch import ssh
+from launch import job_shell, ssh
 from launch.profile import Profile, SshSection, TpuSection
 from launch.rendezvous import TORCH_CONTRACT
 from launch.slurm_checks import check_slurm
@@ -339,7 +339,8 @@ def _allowed_suffix(hint: Any) -> str:
 
 def check_profile(profile: Profile) -> list[str]:
     """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
-    problems = _check_names(profile) + _check_counts(profile) + _check_sections(profile)
+    problems = (_check_names(profile) + _check_counts(profile) + _check_sections(profile)
+                + job_shell.check_shell(profile))
     named = [(f"env.{key}", key) for key in profile.env] + [(f"secrets[{i}]", key) for i, key in
                                                           enumerate(profile.secrets)]
     for where, key in named:
@@ -423,7 +424,7 @@ def _check_ssh(profile: Profile, section: SshSection) -> list[str]:
         problem = ssh.check_option(key, value)
         if problem:
             problems.append(f"ssh.options.{key}: {problem}")
-    for key in ("python", "workdir", "runs_dir", "identity_file", "jump_host"):
+    for key in ("workdir", "runs_dir", "identity_file", "jump_host"):  # python: job_shell.check_shell
         value = getattr(section, key)
         if value is not None and (not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-")):
             problems.append(f"ssh.{key}: must be a non-empty single line, not starting with '-'")
@@ -446,9 +447,8 @@ def _check_tpu(profile: Profile, tpu: TpuSection) -> list[str]:
     if tpu.workers != profile.nodes:
         problems.append(f"tpu.workers: must equal nodes (one node per TPU host), got {tpu.workers} "
                         f"workers and {profile.nodes} nodes")
-    for key in ("python", "workdir"):
-        if not getattr(tpu, key) or CONTROL_CHARACTERS.search(getattr(tpu, key)):
-            problems.append(f"tpu.{key}: must be a non-empty single line")
+    if not tpu.workdir or CONTROL_CHARACTERS.search(tpu.workdir):
+        problems.append("tpu.workdir: must be a non-empty single line")
     if tpu.remote is False and tpu.workers > 1:
         problems.append(f"tpu.remote: false runs on this machine, but a pod slice of {tpu.workers} hosts is "
                         "reached through gcloud; remove it or set it to true")

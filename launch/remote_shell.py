@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 
 from launch.job import RUN_DIR
+from launch.shell import expands, quote_expanding
 from launch.snapshot import FOLDER as SNAPSHOT_FOLDER
 
 HOST_RUNS = "runs"  # host run folders live under the project folder on each host, named as the local one
@@ -61,7 +62,9 @@ def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterabl
         staged = shlex.quote(path) + '.$(hostname).$$'
         steps.append(f"{{ test -e {shlex.quote(path)} || {{ echo {encoded} | base64 -d > {staged} && "
                      f"mv -n {staged} {shlex.quote(path)}; rm -f {staged}; }}; }}")
-    steps.append(shlex.join(["exec", "env", *(f"{name}={value}" for name, value in env), *argv]))
+    assignments = [f"{name}={quote_expanding(value)}" if expands(value) else shlex.quote(f"{name}={value}")
+                   for name, value in env]  # ${NAME} expanded on the host; nothing else
+    steps.append(" ".join(["exec", "env", *assignments, shlex.join(argv)]))
     return " && ".join(steps)
 
 
@@ -81,9 +84,13 @@ def stop_command(host_run_dir: str) -> str:
 FOLDER_PRESENT = "launch: run folder present"
 
 
-def reach_command(workdir: str, python: str, run_dir: str) -> str:
-    """What a host runs before anything starts: into the project folder, whose Python imports launch; it says
-    ``FOLDER_PRESENT`` when the run folder ``run_dir`` holds an earlier run's logs (one that started)."""
+def reach_command(workdir: str, python: str, run_dir: str, setup: list[str] | None = None) -> str:
+    """What a host runs before anything starts: into the project folder, whose Python (after the profile's
+    ``setup`` block, if any) imports launch; it says ``FOLDER_PRESENT`` when the run folder ``run_dir`` holds an
+    earlier run's logs (one that started)."""
     logs = shlex.quote(f"{run_dir}/logs")
-    return (f"cd {shlex.quote(workdir)} && {shlex.quote(python)} -c " + shlex.quote("import launch.host_guard")
+    imports = shlex.join([python, "-c", "import launch.host_guard"])
+    if setup:
+        imports = shlex.join(["bash", "-c", "\n".join([*setup, imports])])
+    return (f"cd {shlex.quote(workdir)} && {imports}"
             + f" && {{ test ! -e {logs} || echo {shlex.quote(FOLDER_PRESENT)}; }}")

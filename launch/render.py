@@ -29,13 +29,21 @@ def render_text(plan: LaunchPlan) -> str:
 
 
 def env_lines(env: Iterable[tuple[str, str]], secrets: tuple[str, ...], indent: str = "    ") -> list[str]:
-    return [f"{indent}{name}={mask(name, value, secrets)}" for name, value in env]
+    """``NAME=value`` lines, secrets masked; a value with ``${NAME}`` in it is shown as written and said to be
+    expanded where the job runs."""
+    return [f"{indent}{name}={mask(name, value, secrets)}"
+            + ("  (${...} expanded on the node when the job runs)" if shell.expands(value) else "")
+            for name, value in env]
 
 
 def node_lines(node: NodeCommand, title: str, secrets: tuple[str, ...]) -> list[str]:
     """A node's folder, added environment (secrets masked) and command line."""
-    return ["", title, f"  cwd: {node.cwd}", "  env:", *env_lines(node.env, secrets), "  command:",
-            f"    {shell.join(node.argv)}"]
+    argv = node.argv
+    if len(argv) == 3 and argv[:2] == ("bash", "-c") and isinstance(argv[2], str):  # the profile's shell around it
+        command = ["  command: bash -c SCRIPT, the script:", *(f"    {line}" for line in argv[2].splitlines())]
+    else:
+        command = ["  command:", f"    {shell.join(argv)}"]
+    return ["", title, f"  cwd: {node.cwd}", "  env:", *env_lines(node.env, secrets), *command]
 
 
 def file_lines(files: Iterable[PlanFile], where: str = "") -> list[str]:

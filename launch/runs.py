@@ -157,6 +157,9 @@ RESULT_FIELDS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_p
 
 def failure_message(run_dir: Path, status: int) -> str:
     """The failure report: the rank that failed first, its host, how it ended, and its log."""
+    set_up = setup_failure(run_dir)
+    if set_up:
+        return f"the job failed with exit status {status} before training: {set_up}"
     failure = first_failure(run_dir)
     if failure is None:
         return f"the job failed with exit status {status}; rank logs: {run_dir / LOGS}"
@@ -164,6 +167,19 @@ def failure_message(run_dir: Path, status: int) -> str:
     return (f"the job failed with exit status {status}: rank {rank} on {failure.get('host')} failed first "
             f"({failure.get('error')}{_unanswered(failure, rank_notes(run_dir))}); its log: "
             f"{rank_log_path(run_dir, rank)}")
+
+
+def setup_failure(run_dir: Path) -> str:
+    """What stopped the job before training, if anything did: the profile's setup (host, exit status, line), or
+    a node's node_setup (host, exit status, its output's last lines)."""
+    from launch import job_shell, node_setup
+
+    said = [path.read_text(errors="replace").strip().removeprefix("launch: ")
+            for path in sorted((run_dir / LOGS).glob(f"{job_shell.SETUP_FAILED}-*.txt"))]
+    said += [f"node_setup failed on {note.get('host')} (exit status {note.get('exit_code')})"
+             + (f"; its last lines: {' | '.join(map(str, note.get('tail') or []))}" if note.get("tail") else "")
+             for note in node_setup.failures(run_dir)]
+    return "; ".join(said)
 
 
 def _unanswered(failure: dict[str, Any], notes: list[dict[str, Any]]) -> str:

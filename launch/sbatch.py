@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from launch import shell
+from launch import job_shell, shell
 from launch.errors import LaunchError
 from launch.node import NodeCommand
 from launch.profile import Profile
@@ -22,7 +22,8 @@ MANAGED_OPTIONS = {"nodes": "nodes",
                    "mem-per-gpu": "slurm.mem_gb", "gpus-per-node": "slurm.gpus_per_node",
                    "gpus": "slurm.gpus_per_node", "gres": "slurm.gpus_per_node",
                    "gpus-per-task": "slurm.gpus_per_node", "constraint": "slurm.constraint",
-                   "exclusive": "slurm.exclusive"}
+                   "exclusive": "slurm.exclusive",
+                   "signal": "slurm.requeue_signal and slurm.signal_delay_s (submitit launcher)"}
 # sbatch's long options (Slurm 22.05's man page, less help/usage/version and the ones for the terminal), so a
 # typo in extra_sbatch is a profile error, not an sbatch error after submission.
 SBATCH_OPTIONS = frozenset({
@@ -112,7 +113,7 @@ def _times(per_process: int | None, processes: int) -> str | None:
     return str(per_process * processes) if per_process else None
 
 
-def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str) -> str:
+def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str, python: str) -> str:
     """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them."""
     lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
     port = profile.rendezvous.port
@@ -127,17 +128,41 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
         'if [ -z "$MASTER_ADDR" ]; then echo "launch: no head node in $SLURM_JOB_NODELIST" >&2; exit 1; fi',
         f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
     ]
-    for name, value in node.env:
-        if looks_secret(name, profile.secrets):  # never on disk: `launch submit` hands it to sbatch through the environment
-            lines.append(f': "${{{name}:?{name} must be in the environment sbatch runs in}}"')
-        else:
-            lines.append(f"export {name}={shlex.quote(value)}")
+    lines += env_exports(profile, node.env)
     srun = ["srun", "--kill-on-bad-exit=1", f"--output={run_dir}/logs/node-%n.out",
             *(profile.slurm.srun_args if profile.slurm is not None else ())]
-    lines += [f"cd {shlex.quote(node.cwd)}",
-              "# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
-              f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]
+    lines.append(f"cd {shlex.quote(node.cwd)}")
+    task = ["# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
+            f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]
+    if not profile.has_shell:
+        lines += task
+    else:  # the profile's shell around the tasks: the batch shell outlives a SIGTERM, to run `after`
+        lines += [*job_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
+                  *node_setup_step(profile, python, run_dir, then=["launch_status=$?"])]
+        if profile.after:
+            lines.append("trap 'echo \"launch: SIGTERM: the tasks end, then the after lines run\" >&2' TERM")
+        lines += ['if [ "$launch_status" = 0 ]; then', *task[:-1], task[-1] + " || launch_status=$?", "fi",
+                  *job_shell.after_block(profile), 'exit "$launch_status"']
     return "\n".join(lines) + "\n"
+
+
+def env_exports(profile: Profile, env: tuple[tuple[str, str], ...]) -> list[str]:
+    """``export`` lines for the plan's variables (``${NAME}`` expanded in the batch shell); a secret only
+    checked to be there, never written: ``submit`` hands it to sbatch through the environment."""
+    return [f': "${{{name}:?{name} must be in the environment sbatch runs in}}"' if looks_secret(name, profile.secrets)
+            else f"export {name}={shell.quote_expanding(value)}" for name, value in env]
+
+
+def node_setup_step(profile: Profile, python: str, run_dir: str, *, then: list[str]) -> list[str]:
+    """The profile's node_setup lines as a job step of one task per node, before any rank starts; ``then``
+    runs in the batch shell when a node's set-up failed. Empty without node_setup lines."""
+    argv = job_shell.node_setup_argv(profile, python, run_dir)
+    if not argv:
+        return []
+    step = ["srun", f"--nodes={profile.nodes}", f"--ntasks={profile.nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=0", *argv]
+    return ["# node_setup from the profile: once on every node, before any rank starts there", shlex.join(step)
+            + " || {", *(f"  {line}" for line in then), "}"]
 
 
 def render_array_script(profile: Profile, *, job_name: str, sweep_dir: str, scripts: list[str], spec: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,43 @@ class EnvRef:
 
 
 Arg = str | EnvRef
+# The one form of a value that the job expands where it runs: ${NAME}. Nothing else is ever evaluated.
+REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expands(value: str) -> bool:
+    """Whether ``value`` names a variable of the job's environment (``${NAME}``)."""
+    return REFERENCE.search(value) is not None
+
+
+def expand(value: str, environ: Mapping[str, str]) -> str:
+    """``value`` with each ``${NAME}`` replaced by the variable's value in ``environ`` (empty when unset)."""
+    return REFERENCE.sub(lambda found: environ.get(found[1], ""), value)
+
+
+def with_env(environ: Mapping[str, str], added: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``environ`` with ``added`` set in order, each ``${NAME}`` expanded as a shell's ``export`` lines would:
+    against the variables as they stand, earlier ones of ``added`` included."""
+    result = dict(environ)
+    for name, value in added:
+        result[name] = expand(value, result)
+    return result
+
+
+def quote_expanding(value: str) -> str:
+    """``value`` as shell text in which ``${NAME}`` expands where it runs and nothing else does (no ``$(...)``,
+    backticks, other ``$`` forms or escapes): plain single quotes when it names no variable."""
+    if not expands(value):
+        return shlex.quote(value)
+    pieces, last = [], 0
+    for found in REFERENCE.finditer(value):
+        pieces.append(_double_quoted(value[last:found.start()]) + "${" + found[1] + ":-}")  # unset: empty, as expand
+        last = found.end()
+    return '"' + "".join(pieces) + _double_quoted(value[last:]) + '"'
+
+
+def _double_quoted(text: str) -> str:
+    return re.sub(r'([\\"$`])', r"\\\1", text)
 
 
 def quote(arg: Arg) -> str:

@@ -6,8 +6,12 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import ClassVar
 
+import shlex
+
+from launch import job_shell
 from launch.node import PlanFile
 from launch.profile import Profile
+from launch.sbatch import env_exports, node_setup_step
 from launch.rendezvous import PORT_BASE, PORT_SPAN
 from launch.worker import Target
 
@@ -23,6 +27,9 @@ class SubmititJob:
     env: tuple[tuple[str, str], ...]
     workdir: str  # each task runs the code from here, as the submitting shell would
     port: int | None
+    python: str  # what runs each task (submitit's own `python -m submitit.core._submit`)
+    env_in_script: bool = False  # the batch script exports ``env`` before the profile's setup; the tasks inherit it
+    requeue_signal: str = "USR2"
     max_num_timeout: int = 0  # submitit's requeues after a time limit
     files: tuple[PlanFile, ...] = ()
 
@@ -37,30 +44,48 @@ class SubmititJob:
 PREEMPTION_TRAP = "trap 'echo \"launch: SIGTERM: the tasks checkpoint, then end or requeue the job\" >&2' TERM"
 
 
-def executor_parameters(profile: Profile, *, job_name: str) -> tuple[tuple[str, object], ...]:
-    """``submitit.SlurmExecutor.update_parameters`` arguments: one task per training process."""
+def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | None = None,
+                        teardown: list[str] | None = None) -> tuple[tuple[str, object], ...]:
+    """``submitit.SlurmExecutor.update_parameters`` arguments: one task per training process; ``setup`` and
+    ``teardown``: batch script lines before and after the tasks."""
     slurm = profile.slurm
     if slurm is None:
         raise ValueError(f"profile {profile.name} has no slurm section")
     gpus = profile.gpus_per_node
+    # submitit writes --signal=USR2@delay itself; another requeue signal is asked for here, and each task's
+    # submitit told it through SUBMITIT_PREEMPT_SIGNAL (exported by the batch script, read when it starts)
+    signal = {} if slurm.requeue_signal == "USR2" else {"signal": f"{slurm.requeue_signal}@{slurm.signal_delay_s}"}
+    preempt = [] if not signal else [f"export SUBMITIT_PREEMPT_SIGNAL={slurm.requeue_signal}"]
     optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
                 "cpus_per_task": slurm.cpus_per_task, "gpus_per_node": gpus or None, "mem": slurm.mem,
                 "constraint": slurm.constraint, "exclusive": True if slurm.exclusive else None,
                 # submitit writes True as a bare flag ("--overcommit"); "" would be "--overcommit=''"
                 "additional_parameters": {option: value or True for option, value in slurm.extra_sbatch.items()}
-                or None}
+                | signal or None, "teardown": teardown or None}
     # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout. The batch
     # script outlives a SIGTERM (preemption sends one to every step): the tasks checkpoint and requeue the job.
     # time None leaves --time out (the partition's default), where submitit would write its own 5 minutes.
     return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
             ("time", slurm.time_min), ("signal_delay_s", slurm.signal_delay_s),
-            ("srun_args", ["--kill-on-bad-exit=1", *slurm.srun_args]), ("setup", [PREEMPTION_TRAP]),
+            ("srun_args", ["--kill-on-bad-exit=1", *slurm.srun_args]), ("setup", [PREEMPTION_TRAP, *preempt, *(setup or [])]),
             *((key, value) for key, value in optional.items() if value is not None))
 
 
 def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target, env: tuple[tuple[str, str], ...],
-                 workdir: str) -> SubmititJob:
+                 workdir: str, python: str) -> SubmititJob:
+    """The submitit job; with the profile's shell, the batch script exports the plan's variables, runs the
+    modules, setup and node_setup before the tasks (which start where setup left the shell) and ``after`` after
+    them, also when a node's set-up failed."""
+    setup: list[str] = []
+    if profile.has_shell:
+        after = job_shell.after_block(profile)
+        setup = [f"cd {shlex.quote(workdir)}", *env_exports(profile, env), *job_shell.setup_block(profile, run_dir),
+                 "set +e", *node_setup_step(profile, python, run_dir,
+                                            then=['launch_status=$?', *after, 'exit "$launch_status"'])]
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
-                       parameters=executor_parameters(profile, job_name=job_name), code=code, env=env,
-                       workdir=workdir, port=profile.rendezvous.port,
+                       parameters=executor_parameters(profile, job_name=job_name, setup=setup,
+                                                      teardown=job_shell.after_block(profile)),
+                       code=code, env=env, workdir=workdir, port=profile.rendezvous.port, python=python,
+                       env_in_script=profile.has_shell,
+                       requeue_signal=profile.slurm.requeue_signal if profile.slurm is not None else "USR2",
                        max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)

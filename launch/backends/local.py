@@ -68,7 +68,7 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
     """Run a node's command to its end, stopping it on Ctrl-C, SIGTERM or SIGHUP (SIGKILL after ``stop_grace_s``);
     record how it ended (with ``record``'s fields in the run's state). ``collect`` runs once it ended by itself,
     before the end is recorded; ``then`` after a success (the failure of either is only reported)."""
-    env = {**os.environ, **dict(node.env)}
+    env = shell.with_env(os.environ, node.env)
     me = {"launcher_pid": os.getpid(), "launcher_started": process_started(os.getpid()), **(record or {})}
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -45,7 +46,10 @@ def _bootstrap(plan: LaunchPlan) -> Bootstrap:
     spec = plan.job
     assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     public = tuple((name, value) for name, value in spec.env if not looks_secret(name, plan.profile.secrets))
-    return Bootstrap(code=spec.code, env=public, workdir=spec.workdir, port=spec.port)
+    # With the profile's shell the batch script exports the variables and leaves the tasks where setup cd'd
+    return Bootstrap(code=spec.code, env=() if spec.env_in_script else public,
+                     workdir=None if spec.env_in_script else spec.workdir, port=spec.port,
+                     requeue_signal=signal.Signals[f"SIG{spec.requeue_signal}"])
 
 
 @contextmanager
@@ -73,7 +77,8 @@ def _submit_submitit(plan: LaunchPlan) -> str:
 
     spec = plan.job
     assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
-    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout)
+    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout,
+                                      python=shlex.quote(spec.python))
     executor.update_parameters(**dict(spec.parameters))
     task = _bootstrap(plan)
     with _submitting(plan):
@@ -88,7 +93,8 @@ def _submit_submitit_array(sweep: SweepPlan, indices: tuple[int, ...]) -> dict[i
     first = sweep.plans[indices[0]]
     spec = first.job
     assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
-    executor = submitit.SlurmExecutor(folder=sweep.array.folder, max_num_timeout=spec.max_num_timeout)
+    executor = submitit.SlurmExecutor(folder=sweep.array.folder, max_num_timeout=spec.max_num_timeout,
+                                      python=shlex.quote(spec.python))
     executor.update_parameters(**dict(sweep.array.parameters))
     tasks = [_bootstrap(sweep.plans[index]) for index in indices]
     with _submitting(first):
@@ -399,15 +405,23 @@ def _render_submitit(plan: LaunchPlan) -> list[str]:
     assert isinstance(job, SubmititJob)  # noqa: S101 - the submitit backend's job
     out = ["", f"submitit job: {plan.world_size} SLURM tasks, one per training process (folder {job.folder})",
            "  sbatch parameters (submitit.SlurmExecutor):"]
-    out += [f"    {key} = {value!r}" for key, value in job.parameters]
-    out += [f"  on USR2 ({dict(job.parameters).get('signal_delay_s')} s before the time limit, or on preemption) the "
+    out += [f"    {key} = {value!r}" for key, value in job.parameters if key not in ("setup", "teardown")]
+    for key, where in (("setup", "before the tasks"), ("teardown", "after the tasks")):
+        out += [f"  batch script lines {where} ({key}):",
+                *(f"    {line}" for line in dict(job.parameters).get(key) or [])] if dict(job.parameters).get(key) else []
+    out += [f"  each task runs: {job.python} -u -m submitit.core._submit (submitit's own)",
+            f"  on {job.requeue_signal} ({dict(job.parameters).get('signal_delay_s')} s before the time limit, or on preemption) the "
             "job requeues itself (submitit's protocol; at most "
             f"{job.max_num_timeout} time-limit requeues); code that watches stop signals (launch.job) checkpoints "
             "first, at the same step on every rank; other code ends at the signal"]
     out += ["  each task sets, from submitit's JobEnvironment (SLURM's variables):"]
     out += [f"    {name} = {source}" for name, source in job.derivation()]
-    out += ["  and adds:", *env_lines(job.env, plan.profile.secrets)]
-    out += [f"  then runs, in {job.workdir}, in a child process it supervises, as `python` would:",
+    if job.env_in_script:
+        out += ["  and inherits the variables the batch script exports (above)"]
+    else:
+        out += ["  and adds:", *env_lines(job.env, plan.profile.secrets)]
+    where = "where the setup lines left the batch shell" if job.env_in_script else job.workdir
+    out += [f"  then runs, in {where}, in a child process it supervises, as `python` would:",
             f"    python {shlex.join(replace(job.code, path=None).argv())}"
             + (f"  (importing from {job.code.path})" if job.code.path else "")]
     return out

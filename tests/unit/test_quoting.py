@@ -2,13 +2,15 @@
 
 Property tests: plans are built from arbitrary strings, then really executed (the local backend's process
 start, the sbatch script under bash), with a stand-in ``python`` that records the argv and environment it
-received. What it received must equal what was given; nothing is ever interpreted by a shell.
+received. What it received must equal what was given; nothing is ever interpreted by a shell, but for one form
+in the profile's env values: ``${NAME}``, expanded where the job runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -50,6 +52,12 @@ def recorder(tmp_path: Path) -> Path:
     return path
 
 
+def _expanded(value: str, variables: dict[str, str]) -> str:
+    """What an env value becomes where the job runs: each ${NAME} that variable's value (empty if unset),
+    every other character as written."""
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda found: variables.get(found[1], ""), value)
+
+
 def _received(record: Path) -> dict:  # type: ignore[type-arg]
     return json.loads(record.read_text(encoding="utf-8"))
 
@@ -82,7 +90,7 @@ def test_local_workers_receive_every_string_verbatim(recorder: Path, tmp_path: P
     got = _received(record)
     assert got["argv"] == list(node.argv[1:])
     assert got["argv"][got["argv"].index("my train.py") + 1:] == list(_user_args(data_dir))
-    assert got["env"]["USER_VALUE"] == env_value
+    assert got["env"]["USER_VALUE"] == _expanded(env_value, {**os.environ, **dict(node.env)})
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
@@ -108,7 +116,8 @@ def test_sbatch_script_hands_every_string_to_the_task_verbatim(recorder: Path, t
     expected = shell.resolve(plan.job.node.argv, {"SLURM_NODEID": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "20007"})
     assert got["argv"] == expected[1:]
     assert got["argv"][got["argv"].index("my train.py") + 1:] == list(_user_args(data_dir))
-    assert got["env"]["USER_VALUE"] == env_value
+    # the batch shell expands: its own variables (IFS) count too
+    assert got["env"]["USER_VALUE"] == _expanded(env_value, {**got["env"], "IFS": " \t\n", "USER_VALUE": ""})
     assert not (tmp_path / "pwned").exists()
 
 
