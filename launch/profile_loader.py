@@ -300,8 +300,12 @@ def _convert_string_list(value: Any, path: str, problems: list[str]) -> tuple[st
         problems.append(f"{path}: expected a list of strings, got {_describe(value)}")
         return ()
     for index, item in enumerate(value):
-        if not isinstance(item, str):
-            problems.append(f"{path}[{index}]: expected a string, got {_describe(item)}")
+        if isinstance(item, Mapping):  # YAML read `echo "a: b"` as a mapping: the line needs quotes around it
+            problems.append(f"{path}[{index}]: expected a string, got a mapping (YAML reads ': ' as a key); put the "
+                            "line in quotes: - 'echo \"a: b\"'")
+        elif not isinstance(item, str):
+            problems.append(f"{path}[{index}]: expected a string, got {_describe(item)}; put it in quotes: "
+                            f"- \"{_plain(item)}\"")
     return tuple(str(item) for item in value)
 
 

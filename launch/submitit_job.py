@@ -84,8 +84,13 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
                                             then=['launch_status=$?', *after, 'exit "$launch_status"'])]
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
                        parameters=executor_parameters(profile, job_name=job_name, setup=setup,
-                                                      teardown=job_shell.after_block(profile)),
+                                                      teardown=_keeping_status(job_shell.after_block(profile))),
                        code=code, env=env, workdir=workdir, port=profile.rendezvous.port, python=python,
                        env_in_script=profile.has_shell,
                        requeue_signal=profile.slurm.requeue_signal if profile.slurm is not None else "USR2",
                        max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)
+
+
+def _keeping_status(lines: list[str]) -> list[str]:
+    """Teardown lines that leave the batch script's exit status the tasks' (srun's), as without them."""
+    return ["launch_status=$?", *lines, 'exit "$launch_status"'] if lines else []

@@ -33,7 +33,10 @@ def main() -> None:
               "sum": total.item(), **{key: os.environ.get(key) for key in (
                   "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                   "LAUNCH_RUN_DIR", "LAUNCH_CHECKPOINT_DIR")},
-              "slurm": {key: value for key, value in os.environ.items() if key.startswith("SLURM_")}}
+              "slurm": {key: value for key, value in os.environ.items() if key.startswith("SLURM_")},
+              "site": {key: value for key, value in os.environ.items() if key.startswith("SITE_")},
+              "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH"), "executable": sys.executable,
+              "prefix": sys.prefix, "cwd": os.getcwd()}
     with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as sink:
         json.dump(record, sink)
     print(f"probe rank {rank} of {dist.get_world_size()} on {socket.gethostname()}: sum {total.item():g}", flush=True)

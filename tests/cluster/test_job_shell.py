@@ -1,0 +1,105 @@
+"""A real site's shell around the job on the real test cluster, through both SLURM launchers: environment
+modules (Debian's environment-modules, a module the test writes), a venv that is not the submitting one
+activated in setup (``python: python`` resolves to it), node_setup on every node, ``after`` whatever the
+outcome, and ``${NAME}`` in env values expanded where the job runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+from tests.user_code_runs import PROBE
+
+MODULE = "#%Module\nsetenv SITE_MODULE launchtest-1.0\n"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A module folder with launchtest/1.0, and a venv (seeing this Python's packages, launch and torch
+    included) that is not the one the tests run in."""
+    root = tmp_path_factory.mktemp("site")
+    (root / "modulefiles" / "launchtest").mkdir(parents=True)
+    (root / "modulefiles" / "launchtest" / "1.0").write_text(MODULE)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")],
+                   check=True, timeout=120)
+    return {"modulefiles": root / "modulefiles", "venv": root / "venv"}
+
+
+def _lines(key: str, lines: list[str]) -> str:
+    return f"{key}:\n" + "".join(f"  - {json.dumps(line)}\n" for line in lines)  # JSON strings are YAML
+
+
+def _profile(second_pair, folder: Path, site: dict[str, Path], node_setup: list[str]) -> Path:  # type: ignore[no-untyped-def]
+    return second_pair.profile(folder, extra=(
+        "python: python\n"
+        "modules: [launchtest/1.0]\n"
+        "module_purge: true\n"
+        "env:\n"
+        f"  MODULEPATH: {site['modulefiles']}\n"
+        "  LD_LIBRARY_PATH: /opt/efa/lib:${LD_LIBRARY_PATH}\n"
+        "  SITE_TAG: job-${SLURM_JOB_ID}\n"
+        "  SITE_LITERAL: $HOME $(touch pwned) `id`\n"
+        + _lines("setup", [f"source {site['venv']}/bin/activate", 'export SITE_FROM_SETUP="set up on $(hostname)"'])
+        + _lines("node_setup", node_setup)
+        + _lines("after", ['echo "after: $SITE_MODULE $SITE_FROM_SETUP" > "$LAUNCH_RUN_DIR/after.txt"'])))
+
+
+def _job_id(run_dir: Path) -> str:
+    return str(json.loads((run_dir / "state.json").read_text())["job_id"])
+
+
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
+def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, site, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                            launcher: str) -> None:
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    nodes = tmp_path / "node-setup"
+    profile = _profile(second_pair, tmp_path, site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
+    done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
+                   "--run-dir", str(run_dir), "--", str(out),
+                   env={**second_pair.env, "LD_LIBRARY_PATH": "/site/lib"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
+    for rank in ranks:
+        assert Path(rank["prefix"]) == site["venv"], "python: python resolved to the venv setup activated"
+        assert rank["site"]["SITE_MODULE"] == "launchtest-1.0", "the module was loaded"
+        assert rank["site"]["SITE_FROM_SETUP"].startswith("set up on "), "setup's export reached the rank"
+        assert (nodes / rank["host"]).read_text() == rank["host"] + "\n", "node_setup ran once on each node"
+        started = json.loads((run_dir / "logs" / f"rank-{rank['RANK']}.json").read_text())["process_started_at"]
+        assert (nodes / rank["host"]).stat().st_mtime < started, "node_setup ran before the node's ranks"
+        assert rank["site"]["SITE_TAG"] == f"job-{_job_id(run_dir)}", "${SLURM_JOB_ID} names this job"
+        assert rank["LD_LIBRARY_PATH"] == "/opt/efa/lib:/site/lib", "${LD_LIBRARY_PATH} prepended to"
+        assert rank["site"]["SITE_LITERAL"] == "$HOME $(touch pwned) `id`", "nothing else is evaluated"
+    assert not (tmp_path / "pwned").exists()
+    assert (run_dir / "after.txt").read_text().startswith("after: launchtest-1.0 set up on ")
+
+
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
+def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(second_pair, site, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                       launcher: str) -> None:
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    bad = second_pair.nodes[1]
+    profile = _profile(second_pair, tmp_path, site, [f'echo "copying the data set to {bad}"',
+                                                     f'if [ "$(hostname)" = {bad} ]; then echo "disk full"; exit 4; fi'])
+    done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
+                   "--run-dir", str(run_dir), "--", str(out), env=second_pair.env, cwd=tmp_path)
+    assert done.returncode != 0
+    assert f"node_setup failed on {bad} (exit status 4); its last lines: copying the data set to {bad} | disk full" \
+        in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "before training" in done.stderr and len(done.stderr.strip().splitlines()) <= 3, done.stderr
+    assert not out.exists(), "no rank started"
+    assert (run_dir / "after.txt").is_file(), "after ran although the job failed"
+
+
+def test_after_runs_after_a_rank_fails(second_pair, site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    profile = _profile(second_pair, tmp_path, site, ["true"])
+    done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(run_dir), "--",
+                   str(out), "--fail", "exit3", env=second_pair.env, cwd=tmp_path)
+    assert done.returncode != 0 and "rank 1 on" in done.stderr, done.stderr[-2000:]
+    assert (run_dir / "after.txt").read_text().startswith("after: launchtest-1.0"), "after ran after the failure"
