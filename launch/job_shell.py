@@ -71,7 +71,8 @@ def after_block(profile: Profile) -> list[str]:
     if not profile.after:
         return []
     return ["# after, from the profile, as written: whatever the outcome; a failure here is only reported",
-            "(", "set -e", *profile.after, ') || echo "launch: after failed on $(hostname), exit status $?" >&2']
+            "(", "set -e", *profile.after,
+            ') || { launch_after=$?; echo "launch: after failed on $(hostname), exit status $launch_after" >&2; }']
 
 
 def wrapped(profile: Profile, argv: str, *, run_dir: str, python: str) -> str:

@@ -406,11 +406,10 @@ def _render_submitit(plan: LaunchPlan) -> list[str]:
     out = ["", f"submitit job: {plan.world_size} SLURM tasks, one per training process (folder {job.folder})",
            "  sbatch parameters (submitit.SlurmExecutor):"]
     out += [f"    {key} = {value!r}" for key, value in job.parameters if key not in ("setup", "teardown")]
-    for key, where in (("setup", "before the tasks"), ("teardown", "after the tasks")):
-        out += [f"  batch script lines {where} ({key}):",
-                *(f"    {line}" for line in dict(job.parameters).get(key) or [])] if dict(job.parameters).get(key) else []
-    out += [f"  each task runs: {job.python} -u -m submitit.core._submit (submitit's own)",
-            f"  on {job.requeue_signal} ({dict(job.parameters).get('signal_delay_s')} s before the time limit, or on preemption) the "
+    out += _script_lines(job, "setup", "before the tasks")
+    out += [f"  then srun starts the tasks: {job.python} -u -m submitit.core._submit (submitit's own)"]
+    out += _script_lines(job, "teardown", "after the tasks")
+    out += [f"  on {job.requeue_signal} ({dict(job.parameters).get('signal_delay_s')} s before the time limit, or on preemption) the "
             "job requeues itself (submitit's protocol; at most "
             f"{job.max_num_timeout} time-limit requeues); code that watches stop signals (launch.job) checkpoints "
             "first, at the same step on every rank; other code ends at the signal"]
@@ -425,6 +424,11 @@ def _render_submitit(plan: LaunchPlan) -> list[str]:
             f"    python {shlex.join(replace(job.code, path=None).argv())}"
             + (f"  (importing from {job.code.path})" if job.code.path else "")]
     return out
+
+
+def _script_lines(job: SubmititJob, key: str, where: str) -> list[str]:
+    lines = dict(job.parameters).get(key) or []
+    return [f"  batch script lines {where} ({key}):", *(f"    {line}" for line in lines)] if lines else []
 
 
 def _render_submitit_array(sweep: SweepPlan) -> list[str]:
