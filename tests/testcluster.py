@@ -293,14 +293,17 @@ class SshHosts:
         return self.state / f"srv-{name}"
 
     def profile(self, folder: Path, *, name: str = "ssh2x2", hosts: tuple[str, ...] | None = None,
-                identity: Path | None = None, known_hosts: Path | None = None, extra: str = "") -> Path:
-        """A profile of kind ssh over both nodes (2 processes each); run folders under each node's own /srv."""
+                identity: Path | None = None, known_hosts: Path | None = None, extra: str = "",
+                python: str | None = sys.executable) -> Path:
+        """A profile of kind ssh over both nodes (2 processes each); run folders under each node's own /srv;
+        ``python`` None leaves ssh.python out."""
         listed = ", ".join(f'"{host}"' for host in (hosts or self.hosts))
         path = folder / f"{name}.yaml"
         path.write_text(
             f"kind: ssh\nnodes: {len(hosts or self.hosts)}\nprocs_per_node: 2\n{extra}"
             f"ssh:\n  hosts: [{listed}]\n  identity_file: {identity or self.identity}\n"
             f"  options: {{UserKnownHostsFile: {known_hosts or self.known_hosts}, StrictHostKeyChecking: 'yes', "
-            f"IdentitiesOnly: 'yes'}}\n  python: {sys.executable}\n  workdir: {ROOT}\n  runs_dir: /srv/runs\n",
+            f"IdentitiesOnly: 'yes'}}\n" + (f"  python: {python}\n" if python else "")
+            + f"  workdir: {ROOT}\n  runs_dir: /srv/runs\n",
             encoding="utf-8")
         return path

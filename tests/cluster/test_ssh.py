@@ -183,3 +183,31 @@ def test_check_runs_on_the_ssh_hosts(ssh_hosts: SshHosts, tmp_path: Path) -> Non
     rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["0"], ["1"])]
     assert [row[1] for row in rows] == ["n1", "n2"] and all("ok" in row for row in rows)
     assert "check passed" in done.stdout
+
+
+def test_each_host_runs_setup_and_node_setup_and_the_head_runs_after(ssh_hosts: SshHosts, tmp_path: Path) -> None:
+    """python: python resolves to a venv that setup activates on each host; node_setup on each host before its
+    ranks; after once, on the head; ${HOME} expanded on the host."""
+    venv, out, run_dir = tmp_path / "venv", tmp_path / "out", tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    lines = {"setup": [f"source {venv}/bin/activate", 'export SITE_FROM_SETUP="set up on $(hostname)"'],
+             "node_setup": ["hostname > /srv/node-setup-ran"], "after": ['echo "after on $(hostname)" >> /srv/after.txt']}
+    extra = "python: python\nenv:\n  SITE_HOME: home-${HOME}\n" + "".join(
+        f"{key}:\n" + "".join(f"  - {json.dumps(line)}\n" for line in values) for key, values in lines.items())
+    for node in ("n1", "n2"):
+        for name in ("node-setup-ran", "after.txt"):
+            (ssh_hosts.srv(node) / name).unlink(missing_ok=True)
+    done = run_cli("submit", "--profile", str(ssh_hosts.profile(tmp_path, extra=extra, python=None)), "--script",
+                   str(ROOT / "tests" / "user_code" / "probe.py"), "--run-dir", str(run_dir), "--", str(out),
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    for record in records:
+        assert Path(record["prefix"]) == venv, "python: python is the venv setup activated"
+        assert record["site"]["SITE_FROM_SETUP"] == f"set up on {record['host']}", "setup ran on the rank's host"
+        assert record["site"]["SITE_HOME"] == "home-/root"
+    for node in ("n1", "n2"):
+        assert (ssh_hosts.srv(node) / "node-setup-ran").read_text() == f"{node}\n"
+    assert (ssh_hosts.srv("n1") / "after.txt").read_text() == "after on n1\n", "after once, on the head"
+    assert not (ssh_hosts.srv("n2") / "after.txt").exists()
