@@ -12,12 +12,12 @@ import statistics
 import time
 from collections import defaultdict
 from contextlib import redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from launch import backends, probe
+from launch import backends, probe, runs
 from launch.layout import read_json
 from launch.plan import LaunchPlan
 
@@ -26,7 +26,7 @@ POLL_S = 0.5
 END_WAIT_S = 10.0  # for the job to end by itself once every report is in
 SLOW_LINK = 5.0  # a link this many times slower than the median is named
 LATENCY_FLOOR_MS = 1.0  # latencies under this are never named, however they compare
-COMPARED = ("python", "torch", "cuda", "nccl", "accelerate", "transformers", "digest")
+COMPARED = ("python", "launch", "torch", "cuda", "nccl", "accelerate", "transformers", "digest")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,8 +99,12 @@ def run_check(plan: LaunchPlan) -> tuple[Verdict, float]:
     if backends.is_active(backends.status(run_dir)):
         backends.cancel(run_dir)  # out of time, or slow to end: nothing of the probe stays
     hosts = backend.hosts(run_dir, backends.status(run_dir))
-    return judge(Reports.read(run_dir), nodes=plan.profile.nodes, per_node=plan.profile.procs_per_node,
-                 device=plan.profile.device, hosts=hosts, timed_out=timed_out), time.monotonic() - begun
+    verdict = judge(Reports.read(run_dir), nodes=plan.profile.nodes, per_node=plan.profile.procs_per_node,
+                    device=plan.profile.device, hosts=hosts, timed_out=timed_out)
+    set_up = runs.setup_failure(run_dir)  # the profile's setup or node_setup stopped the probe: that comes first
+    if set_up:
+        verdict = replace(verdict, problems=(set_up, *verdict.problems))
+    return verdict, time.monotonic() - begun
 
 
 def _all_done(reports: Reports, world: int) -> bool:
@@ -219,25 +223,35 @@ def _slow_links(rows: list[NodeRow]) -> list[str]:
 
 def table(verdict: Verdict) -> str:
     """One row per node: who it is, what it runs, whether and how fast it reaches the head."""
-    header = ("node", "host", "ranks", "interface", "address", "python", "torch", "cuda/nccl", "accelerate",
-              "transformers", "code", "accelerators", "head", "latency", "bandwidth")
+    header = ("node", "host", "ranks", "interface", "address", "python", "launch", "torch", "cuda/nccl", "accelerate",
+              "transformers", "code", "accelerators", "head", "latency", "bandwidth", "modules")
     lines = [header]
     for row in verdict.rows:
         facts = row.facts
         accel = facts.get("accelerators")
+        python = f"{facts['python']} {facts['executable']}" if "executable" in facts else str(facts.get("python", "-"))
         lines.append((str(row.node), row.host, row.ranks, str(facts.get("interface", "-")),
-                      str(facts.get("address", "-")), str(facts.get("python", "-")), str(facts.get("torch", "-")),
+                      str(facts.get("address", "-")), python, str(facts.get("launch", "-")), str(facts.get("torch", "-")),
                       f"{facts.get('cuda', '-')}/{facts.get('nccl', '-')}", str(facts.get("accelerate", "-")),
                       str(facts.get("transformers", "-")), str(facts.get("digest", "-")),
                       "cpu" if accel is None and facts else str(accel if accel is not None else "-"), row.reach,
                       "-" if row.latency_ms is None else f"{row.latency_ms:.2f} ms",
-                      "-" if row.bandwidth_mb_s is None else f"{row.bandwidth_mb_s:g} MB/s"))
+                      "-" if row.bandwidth_mb_s is None else f"{row.bandwidth_mb_s:g} MB/s", _modules(facts)))
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
     out = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines]
     if verdict.all_reduce_ms is not None:
         out.append(f"all_reduce of {probe.ALL_REDUCE_ELEMENTS * 4 >> 20} MiB over {verdict.world} ranks: "
                    f"{verdict.all_reduce_ms:g} ms")
     return "\n".join(out)
+
+
+def _modules(facts: dict[str, Any]) -> str:
+    """Whether the profile's modules load on a node: "all N load", or the ones that do not."""
+    loaded = facts.get("modules")
+    if not isinstance(loaded, dict) or not loaded:
+        return "-"
+    failing = [name for name, said in loaded.items() if said != "ok"]
+    return f"all {len(loaded)} load" if not failing else "not: " + ", ".join(failing)
 
 
 def verdict_line(verdict: Verdict, seconds: float) -> str:

@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                  "render": " [--grid KEY=V1,V2 ...]"}.get(name, "")
         command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P [--strategy S] "
                                       "[--script FILE | --module NAME] [--run-dir D] [--launcher submitit|sbatch] "
-                                      "[--max-restarts N]" + extra + " [-- ARGS]")
+                                      "[--max-restarts N] [--expand-args]" + extra + " [-- ARGS]")
         command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
         command.add_argument("--strategy", default="ddp", help="; ".join(
             f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()) + " (default ddp)")
@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--max-restarts", type=int, default=0, metavar="N",
                              help="local profiles: restart the workers up to N times after a failure (torchrun's "
                                   "elastic restarts); they continue from the last checkpoint")
+        command.add_argument("--expand-args", action="store_true",
+                             help="expand ${NAME} in ARGS in each process, from its environment (${SLURM_JOB_ID}, "
+                                  "${RANK}); without it ARGS reach the code byte for byte")
         if name in ("render", "sweep"):
             command.add_argument("--grid", action="append", metavar="KEY=V1,V2",
                                  help="sweep: KEY's values, each point gets --KEY VALUE after ARGS (repeatable: the "
@@ -220,7 +223,7 @@ def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -
     def plan_in(run_dir: Path) -> LaunchPlan:
         return build_plan(profile, strategy.name, code, args=tuple(code_args), run_dir=str(run_dir.absolute()),
                           python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
-                          max_restarts=args.max_restarts, snapshot=chosen.snapshot)
+                          max_restarts=args.max_restarts, snapshot=chosen.snapshot, expand_args=args.expand_args)
 
     placeholder = plan_in(Path(args.run_dir) if args.run_dir is not None else
                           Path(RUNS) / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
@@ -273,7 +276,8 @@ def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: b
         Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
     return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=tuple(code_args), grid=grid,
                              folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
-                             launcher=args.launcher, max_parallel=parallel, snapshot=chosen.snapshot)
+                             launcher=args.launcher, max_parallel=parallel, snapshot=chosen.snapshot,
+                             expand_args=args.expand_args)
 
 
 def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
@@ -381,7 +385,8 @@ def _run_check(args: argparse.Namespace, code_args: list[str], *, run_dir: str |
     folder = Path(run_dir) if run_dir is not None else \
         runs.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
     plan = build_plan(profile, args.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
-                      workdir=str(Path.cwd()), launcher=args.launcher, check=True, snapshot=chosen.snapshot)
+                      workdir=str(Path.cwd()), launcher=args.launcher, check=True, snapshot=chosen.snapshot,
+                      expand_args=args.expand_args)
     backend = backends.get(plan.job.backend)
     try:
         _prepare(plan, backend, resume=False)

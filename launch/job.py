@@ -45,6 +45,7 @@ DEVICE = "LAUNCH_DEVICE"
 DIST_BACKEND = "LAUNCH_DIST_BACKEND"
 RENDEZVOUS_TIMEOUT = "LAUNCH_RENDEZVOUS_TIMEOUT"
 STOP_SIGNALS = "LAUNCH_STOP_SIGNALS"
+EXPAND_ARGS = "LAUNCH_EXPAND_ARGS"
 PLAN_ENV = PLAN_ENV_VARIABLE
 SECRET_NAMES = SECRET_NAMES_VARIABLE
 
@@ -58,6 +59,7 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     (DIST_BACKEND, "the profile's collective backend: gloo, nccl or xla"),
     (RENDEZVOUS_TIMEOUT, "seconds a rank waits for the others when the process group is made"),
     (STOP_SIGNALS, "the signals that mean 'checkpoint, then stop' on this backend (SLURM: SIGUSR2,SIGTERM)"),
+    (EXPAND_ARGS, "1 (submit --expand-args): ${NAME} in the code's arguments is expanded in each process"),
     (PLAN_ENV, "the names of the variables the plan added"),
     (SECRET_NAMES, "the names the profile marks secret (masked in logs and results)"),
 )

@@ -24,13 +24,16 @@ MODULE_INITS = ("/etc/profile.d/lmod.sh", "/usr/share/lmod/lmod/init/bash", "/et
                 "/usr/share/modules/init/bash")
 
 
+MODULE_INIT = (f'type module >/dev/null 2>&1 || for f in {" ".join(shlex.quote(path) for path in MODULE_INITS)}; '
+               'do if [ -r "$f" ]; then . "$f"; break; fi; done')
+
+
 def module_lines(profile: Profile) -> list[str]:
     """``module purge`` / ``module load`` for the profile's modules, with ``module`` defined first where the
     shell lacks it."""
     if not (profile.modules or profile.module_purge):
         return []
-    inits = " ".join(shlex.quote(path) for path in MODULE_INITS)
-    lines = [f'type module >/dev/null 2>&1 || for f in {inits}; do if [ -r "$f" ]; then . "$f"; break; fi; done']
+    lines = [MODULE_INIT]
     if profile.module_purge:
         lines.append("module purge")
     if profile.modules:

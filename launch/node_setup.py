@@ -10,6 +10,7 @@ lines' exit status, so that the job stops before training.
 from __future__ import annotations
 
 import argparse
+import shlex
 import socket
 import subprocess
 import sys
@@ -32,6 +33,23 @@ def failures(run_dir: str | Path) -> list[dict[str, object]]:
 
     found = [read_json(path) for path in sorted((Path(run_dir) / LOGS).glob(f"{PREFIX}*.json"))]
     return [note for note in found if note is not None]
+
+
+def module_problems(names: list[str], init: str, timeout_s: float = 60) -> dict[str, str]:
+    """Which of the environment modules ``names`` do not load on this node (``init`` defines ``module`` where
+    the shell lacks it), each with its module system's last word; each tried in a shell of its own."""
+    problems = {}
+    for name in names:
+        try:
+            done = subprocess.run(["bash", "-c", f"{init}\nmodule load {shlex.quote(name)}"], capture_output=True,
+                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+            said = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
+            failed = done.returncode != 0
+        except subprocess.TimeoutExpired:
+            said, failed = f"no answer within {timeout_s:.0f} s", True
+        if failed:
+            problems[name] = said
+    return problems
 
 
 def run(run_dir: str, lines: list[str]) -> int:

@@ -120,12 +120,14 @@ class _Inputs:
     workdir: str
     max_restarts: int
     checking: bool = False  # the plan of `launch check`: the probe runs instead of the code
+    expand_args: bool = False  # ${NAME} in the code's arguments expanded in each process
     snapshot: Snapshot | None = None
 
 
 def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, args: tuple[str, ...] = (),
                run_dir: str, python: str, workdir: str, launcher: str = "submitit",
-               max_restarts: int = 0, check: bool = False, snapshot: Snapshot | None = None) -> LaunchPlan:
+               max_restarts: int = 0, check: bool = False, snapshot: Snapshot | None = None,
+               expand_args: bool = False) -> LaunchPlan:
     """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``; ``run_dir``,
     ``python`` and ``workdir`` are absolute paths.
 
@@ -140,6 +142,8 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
 
     ``snapshot`` (the user's project, read at submit) makes the job run its copy in the run folder, so that
     editing the files after ``submit`` changes nothing for a queued or requeued job.
+
+    ``expand_args`` has each process expand ``${NAME}`` in the code's arguments (else they stay as given).
     """
     chosen = get_strategy(strategy)
     if code is not None and not chosen.user_code and not check:
@@ -161,7 +165,8 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
         code = in_snapshot(code, snapshot, run_dir=job_run_dir(profile, backend, run_dir, workdir), workdir=workdir)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                      python=python, here_python=here_python, workdir=workdir, max_restarts=max_restarts, checking=check,
-                     code=probe_target(code) if check else code, snapshot=snapshot)
+                     code=probe_target(code, profile) if check else code, snapshot=snapshot,
+                     expand_args=expand_args)
     return _JOB_BUILDERS[backend](inputs)
 
 
@@ -172,9 +177,13 @@ def in_snapshot(code: Target, snapshot: Snapshot, *, run_dir: str, workdir: str)
     return replace(code, path=path_in(snapshot, run_dir, workdir))
 
 
-def probe_target(code: Target) -> Target:
-    """What ``launch check`` runs instead of ``code``: the probe, told which code's digest to report."""
-    return Target(module=PROBE, args=("--module", code.module) if code.module else ("--script", str(code.script)))
+def probe_target(code: Target, profile: Profile) -> Target:
+    """What ``launch check`` runs instead of ``code``: the probe, told which code's digest to report (and the
+    profile's modules, to say per node whether each loads)."""
+    modules = ("--modules", ",".join(profile.modules), "--module-init", job_shell.MODULE_INIT) \
+        if profile.modules else ()
+    return Target(module=PROBE, args=(*(("--module", code.module) if code.module else ("--script", str(code.script))),
+                                      *modules))
 
 
 def backend_for(profile: Profile, launcher: str) -> str:
@@ -214,7 +223,7 @@ def process_command(inputs: _Inputs) -> list[str]:
 
 
 def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
-               stop_signals: str = "") -> tuple[tuple[str, str], ...]:
+               stop_signals: str = "", expand_args: bool = False) -> tuple[tuple[str, str], ...]:
     """The variables added to every worker's inherited environment: launch's contract (``launch.job``) last,
     profile values winning over launch's defaults."""
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **strategy_env}
@@ -231,6 +240,8 @@ def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
                 contract.RENDEZVOUS_TIMEOUT: str(profile.rendezvous.timeout_s)})
     if stop_signals:
         env[contract.STOP_SIGNALS] = stop_signals
+    if expand_args:
+        env[contract.EXPAND_ARGS] = "1"
     env[contract.PLAN_ENV] = ",".join(name for name in env if not name.startswith("LAUNCH_"))  # logged by each rank
     if profile.secrets:
         env[contract.SECRET_NAMES] = ",".join(profile.secrets)
@@ -247,7 +258,7 @@ def _files(inputs: _Inputs, run_dir: str) -> tuple[PlanFile, ...]:
 
 def _env(inputs: _Inputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:
     return worker_env(inputs.profile, {**inputs.strategy.runner.extra_env(inputs.profile), **wiring},
-                      run_dir=run_dir, stop_signals=stop_signals)
+                      run_dir=run_dir, stop_signals=stop_signals, expand_args=inputs.expand_args)
 
 
 def _plan(inputs: _Inputs, env: tuple[tuple[str, str], ...], job: Job) -> LaunchPlan:

@@ -147,7 +147,8 @@ def local_facts(code: argparse.Namespace, head: str | None) -> dict[str, Any]:
             pass
     named = next((os.environ[name] for name in INTERFACE_VARIABLES if os.environ.get(name)), None)
     interface, address, problem = interface_toward(head, named)
-    return {"host": socket.gethostname(), "python": platform.python_version(), "torch": torch.__version__,
+    return {"host": socket.gethostname(), "python": platform.python_version(), "executable": sys.executable,
+            "launch": package_version("launch"), "torch": torch.__version__,
             "cuda": cuda, "nccl": nccl, **{name: package_version(name) for name in PACKAGES},
             "digest": code_digest(code.script, code.module), "interface": interface, "address": address,
             "accelerators": accelerators(os.environ.get("LAUNCH_DEVICE", "cpu")), "interface_problem": problem}
@@ -240,6 +241,13 @@ def rank_main(code: argparse.Namespace) -> int:
     facts = local_facts(code, me.head)
     problem = facts.pop("interface_problem")
     report.add(**{**facts, "host": me.host})
+    if code.modules and me.rank % me.per_node == 0:  # once per node: does each of the profile's modules load here?
+        from launch.node_setup import module_problems
+
+        failing = module_problems(code.modules.split(","), code.module_init)
+        report.add(modules={name: failing.get(name, "ok") for name in code.modules.split(",")})
+        for name, said in failing.items():
+            report.problem(f"{me.host}: module {name} does not load ({said})")
     if problem:
         report.problem(problem)
         return 1
@@ -451,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", default="")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--run-dir", default="")
+    parser.add_argument("--modules", default="", help="the profile's modules: report whether each loads here")
+    parser.add_argument("--module-init", default="", help="what defines `module` where the shell lacks it")
     given = list(sys.argv[1:] if argv is None else argv)
     rest: list[str] = []
     if "--" in given:

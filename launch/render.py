@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from launch import shell
 from launch.node import NodeCommand, PlanFile
+from launch.job import EXPAND_ARGS
 from launch.plan import LaunchPlan
 from launch.secrets import mask
 
@@ -17,7 +18,9 @@ def render_text(plan: LaunchPlan) -> str:
     code = shell.join(plan.code.argv())
     out = [f"profile:   {profile.name} ({profile.source})",
            f"strategy:  {plan.strategy}",
-           f"code:      {code}" + (" (the strategy's bundled example)" if plan.bundled else ""),
+           f"code:      {code}" + (" (the strategy's bundled example)" if plan.bundled else "")
+           + ("  (${NAME} in the arguments expanded in each process: --expand-args)"
+              if dict(plan.env).get(EXPAND_ARGS) == "1" else ""),
            f"world:     {plan.world_size} processes = {profile.nodes} node(s) x {profile.procs_per_node}, "
            f"device {profile.device}, backend {profile.dist_backend}",
            f"run dir:   {plan.run_dir}",

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from launch import snapshot
+from launch import job_shell, node_setup, snapshot
 from launch.errors import SubmitError
 from launch.plan import LaunchPlan
 from launch.worker import OOM_HINT
@@ -172,8 +172,6 @@ def failure_message(run_dir: Path, status: int) -> str:
 def setup_failure(run_dir: Path) -> str:
     """What stopped the job before training, if anything did: the profile's setup (host, exit status, line), or
     a node's node_setup (host, exit status, its output's last lines)."""
-    from launch import job_shell, node_setup
-
     said = [path.read_text(errors="replace").strip().removeprefix("launch: ")
             for path in sorted((run_dir / LOGS).glob(f"{job_shell.SETUP_FAILED}-*.txt"))]
     said += [f"node_setup failed on {note.get('host')} (exit status {note.get('exit_code')})"

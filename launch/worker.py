@@ -29,6 +29,7 @@ from launch import job, oom, phases, ranklog
 from launch.layout import rank_log_path
 from launch.lifetime import die_with_parent
 from launch.secrets import secret_values
+from launch.shell import expand
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 OOM_HINT = "the kernel's out-of-memory killer is a common cause"
@@ -64,17 +65,21 @@ class Target:
         return [*where, *(["-m", self.module] if self.module else [str(self.script)]), *self.args]
 
     def run_as_main(self) -> None:
-        """Run the code in this process as its ``python`` command line would."""
+        """Run the code in this process as its ``python`` command line would (its arguments' ``${NAME}``
+        expanded in this process's environment where ``submit --expand-args`` asked for it)."""
         if self.function:
             raise RuntimeError(f"{self.function}: a function runs through launch.notebook, not by name")
+        args = list(self.args)
+        if os.environ.get(job.EXPAND_ARGS) == "1":
+            args = [expand(arg, os.environ) for arg in args]
         if self.module:
             if self.path:
                 sys.path[0] = self.path
-            sys.argv = [self.module, *self.args]  # run_module puts the module's file in sys.argv[0]
+            sys.argv = [self.module, *args]  # run_module puts the module's file in sys.argv[0]
             runpy.run_module(self.module, run_name="__main__", alter_sys=True)
             return
         script = str(self.script)
-        sys.argv = [script, *self.args]
+        sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.realpath(script))
         runpy.run_path(script, run_name="__main__")
 

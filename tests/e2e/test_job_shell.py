@@ -49,3 +49,17 @@ def test_after_runs_when_a_local_job_is_cancelled(tmp_path: Path) -> None:
     assert wait_for(lambda: (tmp_path / "after.txt").is_file(), 60), "after ran once the job was cancelled"
     assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir)).stdout, 60)
     assert (tmp_path / "after.txt").read_text() == "after: yes\n"
+
+
+def test_expand_args_expands_names_in_each_process_and_nothing_else(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    given = ["--name=rank${RANK}-of-${WORLD_SIZE}", "${UNSET_HERE}", "$HOME $(touch pwned) `id`"]
+    shown = run_cli("render", "--profile", "local-cpu", "--script", str(PROBE), "--expand-args", "--", str(out),
+                    *given, cwd=tmp_path)
+    assert "${NAME} in the arguments expanded in each process: --expand-args" in shown.stdout
+    done = run_cli("submit", "--profile", "local-cpu", "--script", str(PROBE), "--run-dir", str(tmp_path / "run"),
+                   "--expand-args", "--", str(out), *given, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [record["argv"][1:] for record in probes(out)] == [
+        [f"--name=rank{rank}-of-2", "", "$HOME $(touch pwned) `id`"] for rank in (0, 1)]
+    assert not (tmp_path / "pwned").exists()

@@ -130,3 +130,16 @@ def test_the_local_shell_passes_sigterm_on_runs_after_and_keeps_the_exit_status(
     assert (tmp_path / "after.txt").read_text() == "after: yes\n", "after ran, in setup's environment"
     assert "launch: after failed on" in err, "a failing after line is said"
     assert process.returncode == 7, "the command's exit status, not after's"
+
+
+def test_the_readmes_site_profile_loads_and_its_plan_runs_its_shell(tmp_path: Path) -> None:
+    """The README's SLURM example (a real site's batch script as a profile) is a working profile."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    start = readme.index("extends: slurm-2x4\nnodes: 4")
+    profile = tmp_path / "llama.yaml"
+    profile.write_text(readme[start:readme.index("```", start)])
+    shown = render_text(build_plan(load_profile(str(profile)), "ddp", run_dir="/r", python="/p", workdir="/w",
+                                   launcher="sbatch"))
+    _in_order(shown, "#SBATCH --mem=0", "module load gcc/12.2 cuda/12.1 nccl/2.18",
+              "source /shared/envs/llama/bin/activate", "-m launch.node_setup", "--cpu-bind=none bash -c 'exec python",
+              "cp -r /local/$SLURM_JOB_ID/out /shared/out")
