@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from launch.errors import CONTROL_CHARACTERS, did_you_mean
@@ -39,6 +40,17 @@ def module_lines(profile: Profile) -> list[str]:
     if profile.modules:
         lines.append(shlex.join(["module", "load", *profile.modules]))
     return lines
+
+
+def modules_tried(profile: Profile) -> Profile:
+    """The profile for ``launch check``: each module's load tried and its failure said, instead of the first
+    failure stopping the set-up, so that the probe reports per node which modules load."""
+    if not profile.modules:
+        return profile
+    tried = [f"module load {shlex.quote(name)} || echo \"launch: module {name} does not load on $(hostname)\" >&2"
+             for name in profile.modules]
+    return replace(profile, modules=(), module_purge=False,
+                   setup=(MODULE_INIT, *(["module purge"] if profile.module_purge else []), *tried, *profile.setup))
 
 
 def setup_block(profile: Profile, run_dir: str) -> list[str]:

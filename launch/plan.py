@@ -163,9 +163,11 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     code = Target(module=chosen.example.module, args=args) if code is None else code
     if snapshot is not None:
         code = in_snapshot(code, snapshot, run_dir=job_run_dir(profile, backend, run_dir, workdir), workdir=workdir)
+    if check:
+        code, profile = probe_target(code, profile), job_shell.modules_tried(profile)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                      python=python, here_python=here_python, workdir=workdir, max_restarts=max_restarts, checking=check,
-                     code=probe_target(code, profile) if check else code, snapshot=snapshot,
+                     code=code, snapshot=snapshot,
                      expand_args=expand_args)
     return _JOB_BUILDERS[backend](inputs)
 

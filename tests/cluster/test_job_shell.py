@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.check_table import rows
 from tests.helpers import run_cli
 from tests.user_code_runs import PROBE
 
 MODULE = "#%Module\nsetenv SITE_MODULE launchtest-1.0\n"
+ONLY_ON_N3 = '#%Module\nif {[exec hostname] ne "n3"} { error "not installed on this node" }\n'
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +27,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("site")
     (root / "modulefiles" / "launchtest").mkdir(parents=True)
     (root / "modulefiles" / "launchtest" / "1.0").write_text(MODULE)
+    (root / "modulefiles" / "sitelocal").mkdir()
+    (root / "modulefiles" / "sitelocal" / "1.0").write_text(ONLY_ON_N3)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")],
                    check=True, timeout=120)
     return {"modulefiles": root / "modulefiles", "venv": root / "venv"}
@@ -103,3 +107,18 @@ def test_after_runs_after_a_rank_fails(second_pair, site, tmp_path: Path) -> Non
                    str(out), "--fail", "exit3", env=second_pair.env, cwd=tmp_path)
     assert done.returncode != 0 and "rank 1 on" in done.stderr, done.stderr[-2000:]
     assert (run_dir / "after.txt").read_text().startswith("after: launchtest-1.0"), "after ran after the failure"
+
+
+def test_check_says_per_node_which_modules_load_and_which_python_ran(second_pair, site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """sitelocal/1.0 loads on n3 only: check names n4 and the module, and shows the venv's python on both."""
+    profile = _profile(second_pair, tmp_path, site, ["true"])
+    profile.write_text(profile.read_text().replace("modules: [launchtest/1.0]", "modules: [launchtest/1.0, sitelocal/1.0]"))
+    done = run_cli("check", "--profile", str(profile), "--script", str(PROBE), env=second_pair.env, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    found = rows(done.stdout)
+    assert found["n3"]["modules"] == "all 2 load" and found["n4"]["modules"] == "not: sitelocal/1.0", done.stdout
+    for host in ("n3", "n4"):
+        assert found[host]["python"].endswith(f"{site['venv']}/bin/python"), found[host]
+    verdict = done.stderr.strip().splitlines()[-1]
+    assert "n4: module sitelocal/1.0 does not load (Module ERROR: not installed on this node)" in verdict, verdict
+    assert "n3: module" not in verdict
