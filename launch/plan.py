@@ -15,7 +15,7 @@ from pathlib import PurePath, PurePosixPath
 from typing import ClassVar
 
 from launch import job as contract
-from launch import job_shell, probe, remote_shell, sbatch, ssh, tpu
+from launch import containers, job_shell, probe, remote_shell, sbatch, ssh, tpu
 from launch.errors import LaunchError
 from launch.layout import CHECKPOINTS, LOGS, METRICS, RESULT
 from launch.profile import Profile
@@ -115,8 +115,9 @@ class _Inputs:
     code: Target
     bundled: bool
     run_dir: str
-    python: str  # the interpreter on the nodes
+    python: str  # the interpreter of the processes on the nodes (in the image, with a container)
     here_python: str  # this machine's, for what runs here (the ssh fan-out)
+    setup_python: str  # on the nodes, outside any container: runs the profile's node_setup lines
     workdir: str
     max_restarts: int
     checking: bool = False  # the plan of `launch check`: the probe runs instead of the code
@@ -160,13 +161,14 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     bundled = code is None
     here_python = python
     python = profile.node_python(REMOTE_PYTHON if backend in ("ssh", "gcloud") else python)
+    setup_python = python if profile.container is None else REMOTE_PYTHON if backend == "ssh" else here_python
     code = Target(module=chosen.example.module, args=args) if code is None else code
     if snapshot is not None:
         code = in_snapshot(code, snapshot, run_dir=job_run_dir(profile, backend, run_dir, workdir), workdir=workdir)
     if check:
         code, profile = probe_target(code, profile), job_shell.modules_tried(profile)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
-                     python=python, here_python=here_python, workdir=workdir, max_restarts=max_restarts, checking=check,
+                     python=python, here_python=here_python, setup_python=setup_python, workdir=workdir, max_restarts=max_restarts, checking=check,
                      code=code, snapshot=snapshot,
                      expand_args=expand_args)
     return _JOB_BUILDERS[backend](inputs)
@@ -274,7 +276,8 @@ def _local_job(inputs: _Inputs) -> LaunchPlan:
                        master_port=None if port is None else str(port), max_restarts=inputs.max_restarts)
     env = _env(inputs, inputs.run_dir)
     where = "this machine, the TPU VM" if profile.kind == "tpu" else "this machine"
-    argv = _in_shell(inputs, _node_argv(inputs, node, inputs.run_dir, inputs.python), inputs.run_dir)
+    argv = _in_shell(inputs, _contained(inputs, _node_argv(inputs, node, inputs.run_dir, inputs.python), env,
+                                        inputs.run_dir, inputs.workdir), inputs.run_dir)
     command = NodeCommand(node_rank=0, argv=argv, env=env, cwd=inputs.workdir)
     return _plan(inputs, env, LocalJob(node=command, files=_files(inputs, inputs.run_dir), where=where))
 
@@ -282,8 +285,9 @@ def _local_job(inputs: _Inputs) -> LaunchPlan:
 def _slurm_node(inputs: _Inputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
     node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
                        master_port=EnvRef("MASTER_PORT"))
-    argv = _node_argv(inputs, node, inputs.run_dir, inputs.python)
-    return NodeCommand(node_rank=0, argv=_head_first(inputs, node, argv, inputs.run_dir, inputs.python), env=env,
+    argv = _head_first(inputs, node, _node_argv(inputs, node, inputs.run_dir, inputs.python), inputs.run_dir,
+                       inputs.python)
+    return NodeCommand(node_rank=0, argv=_contained(inputs, argv, env, inputs.run_dir, inputs.workdir), env=env,
                        cwd=inputs.workdir)
 
 
@@ -295,7 +299,14 @@ def _in_shell(inputs: _Inputs, argv: tuple[Arg, ...], run_dir: str, *, after: bo
         return argv
     if not after:
         profile = replace(profile, after=())
-    return ("bash", "-c", job_shell.wrapped(profile, join(argv), run_dir=run_dir, python=inputs.python))
+    return ("bash", "-c", job_shell.wrapped(profile, join(argv), run_dir=run_dir, python=inputs.setup_python))
+
+
+def _contained(inputs: _Inputs, argv: tuple[Arg, ...], env: tuple[tuple[str, str], ...], run_dir: str,
+               workdir: str) -> tuple[Arg, ...]:
+    """``argv`` in the profile's image (runtimes that wrap a command; pyxis goes through srun's options)."""
+    return tuple(containers.wrap(inputs.profile, argv, run_dir=run_dir, workdir=workdir,
+                                 env_names=[*(name for name, _ in env), *inputs.profile.secrets]))
 
 
 def _head_first(inputs: _Inputs, node: NodeContext, argv: tuple[Arg, ...], run_dir: str,
@@ -321,7 +332,7 @@ def _sbatch_job(inputs: _Inputs) -> LaunchPlan:
     node = _slurm_node(inputs, env)
     script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
     script = sbatch.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,
-                                  python=inputs.python)
+                                  python=inputs.setup_python)
     files = (*_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
     return _plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
 
@@ -330,7 +341,7 @@ def _submitit_job(inputs: _Inputs) -> LaunchPlan:
     env = _env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
     return _plan(inputs, env, submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir,
                                            code=inputs.code, env=env, workdir=inputs.workdir,
-                                           python=inputs.python))
+                                           python=inputs.python, setup_python=inputs.setup_python))
 
 
 def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
@@ -380,8 +391,9 @@ def _ssh_job(inputs: _Inputs) -> LaunchPlan:
         context = NodeContext(node_rank=str(rank), master_addr=head, master_port=port)
         argv = _head_first(inputs, context, _node_argv(inputs, context, host_run_dir, inputs.python), host_run_dir,
                            inputs.python)
-        guarded = _in_shell(inputs, (inputs.python, "-m", HOST_GUARD, "--run-dir", host_run_dir, "--", *map(str, argv)),
-                            host_run_dir, after=rank == 0)  # `after` once: on the head
+        guarded = _in_shell(inputs, _contained(  # with a container, the guard runs in it too (its stdin passed on)
+            inputs, (inputs.python, "-m", HOST_GUARD, "--run-dir", host_run_dir, "--", *map(str, argv)), env,
+            host_run_dir, workdir), host_run_dir, after=rank == 0)  # `after` once: on the head
         command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
         line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
                                          env=shown_env, argv=guarded,
@@ -390,7 +402,8 @@ def _ssh_job(inputs: _Inputs) -> LaunchPlan:
             host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
             stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
             reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(
-                workdir, inputs.python, host_run_dir, setup=job_shell.setup_block(profile, host_run_dir)))))
+                workdir, tuple(map(str, _contained(inputs, (inputs.python,), env, host_run_dir, workdir))), host_run_dir,
+                setup=job_shell.setup_block(profile, host_run_dir)))))
     fetched = (LOGS, *((probe.CHECK,) if inputs.checking else ()))
     collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
                                  recurse=True) for host in hosts)

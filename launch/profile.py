@@ -82,6 +82,17 @@ class SshSection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ContainerSection:
+    """The image every process runs in, and the runtime that starts it (launch.containers)."""
+
+    image: str  # pyxis: a registry image or .sqsh file; apptainer/singularity: a .sif or docker://...; podman: a name
+    runtime: Literal["pyxis", "apptainer", "singularity", "podman"]
+    mounts: tuple[str, ...] = ()  # "src:dst" or "src:dst:ro"; the run folder and the submitting folder are added
+    workdir: str | None = None  # where the processes start inside; None: the submitting folder's own path
+    options: tuple[str, ...] = ()  # more options for the runtime (srun with pyxis), one word each
+
+
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     """One cluster profile after ``extends:`` is resolved; ``source`` is the file it came from."""
 
@@ -103,6 +114,7 @@ class Profile:
     setup: tuple[str, ...] = ()  # shell lines, in the shell that starts the processes, before they start
     node_setup: tuple[str, ...] = ()  # shell lines once on every node before any rank starts there
     after: tuple[str, ...] = ()  # shell lines once after the processes end, whatever the outcome
+    container: ContainerSection | None = None  # the image the processes run in
     slurm: SlurmSection | None = None
     tpu: TpuSection | None = None
     ssh: SshSection | None = None
@@ -127,6 +139,8 @@ class Profile:
         """The interpreter the nodes run: the profile's, its ssh or tpu section's (the old spelling), or
         ``default``."""
         section = self.ssh or self.tpu
+        if self.container is not None:  # in the image: the profile's, else the image's python3
+            return self.python or "python3"
         return self.python or (section.python if section is not None else None) or default
 
     @property

@@ -12,7 +12,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from launch.errors import CONTROL_CHARACTERS, ConfigError, did_you_mean
-from launch import job_shell, ssh
+from launch import containers, job_shell, ssh
 from launch.profile import Profile, SshSection, TpuSection
 from launch.rendezvous import TORCH_CONTRACT
 from launch.slurm_checks import check_slurm
@@ -344,7 +344,7 @@ def _allowed_suffix(hint: Any) -> str:
 def check_profile(profile: Profile) -> list[str]:
     """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
     problems = (_check_names(profile) + _check_counts(profile) + _check_sections(profile)
-                + job_shell.check_shell(profile))
+                + job_shell.check_shell(profile) + containers.check_container(profile))
     named = [(f"env.{key}", key) for key in profile.env] + [(f"secrets[{i}]", key) for i, key in
                                                           enumerate(profile.secrets)]
     for where, key in named:

@@ -84,12 +84,12 @@ def stop_command(host_run_dir: str) -> str:
 FOLDER_PRESENT = "launch: run folder present"
 
 
-def reach_command(workdir: str, python: str, run_dir: str, setup: list[str] | None = None) -> str:
+def reach_command(workdir: str, python: tuple[str, ...], run_dir: str, setup: list[str] | None = None) -> str:
     """What a host runs before anything starts: into the project folder, whose Python (after the profile's
-    ``setup`` block, if any) imports launch; it says ``FOLDER_PRESENT`` when the run folder ``run_dir`` holds an
+    ``setup`` block, if any; ``python`` may start it in a container) imports launch; it says ``FOLDER_PRESENT`` when the run folder ``run_dir`` holds an
     earlier run's logs (one that started)."""
     logs = shlex.quote(f"{run_dir}/logs")
-    imports = shlex.join([python, "-c", "import launch.host_guard"])
+    imports = shlex.join([*python, "-c", "import launch.host_guard"])
     if setup:
         imports = shlex.join(["bash", "-c", "\n".join([*setup, imports])])
     return (f"cd {shlex.quote(workdir)} && {imports}"

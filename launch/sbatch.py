@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from launch import job_shell, shell
+from launch import containers, job_shell, shell
 from launch.errors import LaunchError
 from launch.node import NodeCommand
 from launch.profile import Profile
@@ -114,7 +114,8 @@ def _times(per_process: int | None, processes: int) -> str | None:
 
 
 def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str, python: str) -> str:
-    """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them."""
+    """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them.
+    ``python`` runs the node_setup lines on each node."""
     lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
     port = profile.rendezvous.port
     lines.append("set -euo pipefail")
@@ -130,7 +131,8 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     ]
     lines += env_exports(profile, node.env)
     srun = ["srun", "--kill-on-bad-exit=1", f"--output={run_dir}/logs/node-%n.out",
-            *(profile.slurm.srun_args if profile.slurm is not None else ())]
+            *(profile.slurm.srun_args if profile.slurm is not None else ()),
+            *containers.srun_options(profile, run_dir=run_dir, workdir=node.cwd)]
     lines.append(f"cd {shlex.quote(node.cwd)}")
     task = ["# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
             f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]

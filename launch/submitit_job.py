@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import shlex
 
-from launch import job_shell
+from launch import containers, job_shell
 from launch.node import PlanFile
 from launch.profile import Profile
 from launch.sbatch import env_exports, node_setup_step
@@ -27,7 +27,7 @@ class SubmititJob:
     env: tuple[tuple[str, str], ...]
     workdir: str  # each task runs the code from here, as the submitting shell would
     port: int | None
-    python: str  # what runs each task (submitit's own `python -m submitit.core._submit`)
+    python: tuple[str, ...]  # what runs each task's `python -u -m submitit.core._submit` (in the image, if any)
     env_in_script: bool = False  # the batch script exports ``env`` before the profile's setup; the tasks inherit it
     requeue_signal: str = "USR2"
     max_num_timeout: int = 0  # submitit's requeues after a time limit
@@ -45,7 +45,8 @@ PREEMPTION_TRAP = "trap 'echo \"launch: SIGTERM: the tasks checkpoint, then end 
 
 
 def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | None = None,
-                        teardown: list[str] | None = None) -> tuple[tuple[str, object], ...]:
+                        teardown: list[str] | None = None,
+                        container: list[str] | None = None) -> tuple[tuple[str, object], ...]:
     """``submitit.SlurmExecutor.update_parameters`` arguments: one task per training process; ``setup`` and
     ``teardown``: batch script lines before and after the tasks."""
     slurm = profile.slurm
@@ -67,12 +68,12 @@ def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | N
     # time None leaves --time out (the partition's default), where submitit would write its own 5 minutes.
     return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
             ("time", slurm.time_min), ("signal_delay_s", slurm.signal_delay_s),
-            ("srun_args", ["--kill-on-bad-exit=1", *slurm.srun_args]), ("setup", [PREEMPTION_TRAP, *preempt, *(setup or [])]),
+            ("srun_args", ["--kill-on-bad-exit=1", *slurm.srun_args, *(container or [])]), ("setup", [PREEMPTION_TRAP, *preempt, *(setup or [])]),
             *((key, value) for key, value in optional.items() if value is not None))
 
 
 def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target, env: tuple[tuple[str, str], ...],
-                 workdir: str, python: str) -> SubmititJob:
+                 workdir: str, python: str, setup_python: str) -> SubmititJob:
     """The submitit job; with the profile's shell, the batch script exports the plan's variables, runs the
     modules, setup and node_setup before the tasks (which start where setup left the shell) and ``after`` after
     them, also when a node's set-up failed."""
@@ -80,12 +81,17 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     if profile.has_shell:
         after = job_shell.after_block(profile)
         setup = [f"cd {shlex.quote(workdir)}", *env_exports(profile, env), *job_shell.setup_block(profile, run_dir),
-                 "set +e", *node_setup_step(profile, python, run_dir,
+                 "set +e", *node_setup_step(profile, setup_python, run_dir,
                                             then=['launch_status=$?', *after, 'exit "$launch_status"'])]
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
                        parameters=executor_parameters(profile, job_name=job_name, setup=setup,
-                                                      teardown=_keeping_status(job_shell.after_block(profile))),
-                       code=code, env=env, workdir=workdir, port=profile.rendezvous.port, python=python,
+                                                      teardown=_keeping_status(job_shell.after_block(profile)),
+                                                      container=containers.srun_options(profile, run_dir=run_dir,
+                                                                                        workdir=workdir)),
+                       code=code, env=env, workdir=workdir, port=profile.rendezvous.port,
+                       python=tuple(str(arg) for arg in containers.wrap(
+                           profile, [python], run_dir=run_dir, workdir=workdir,
+                           env_names=[*(name for name, _ in env), *profile.secrets])),
                        env_in_script=profile.has_shell,
                        requeue_signal=profile.slurm.requeue_signal if profile.slurm is not None else "USR2",
                        max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)

@@ -78,7 +78,7 @@ def _submit_submitit(plan: LaunchPlan) -> str:
     spec = plan.job
     assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout,
-                                      python=shlex.quote(spec.python))
+                                      python=shlex.join(spec.python))
     executor.update_parameters(**dict(spec.parameters))
     task = _bootstrap(plan)
     with _submitting(plan):
@@ -94,7 +94,7 @@ def _submit_submitit_array(sweep: SweepPlan, indices: tuple[int, ...]) -> dict[i
     spec = first.job
     assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     executor = submitit.SlurmExecutor(folder=sweep.array.folder, max_num_timeout=spec.max_num_timeout,
-                                      python=shlex.quote(spec.python))
+                                      python=shlex.join(spec.python))
     executor.update_parameters(**dict(sweep.array.parameters))
     tasks = [_bootstrap(sweep.plans[index]) for index in indices]
     with _submitting(first):
@@ -343,7 +343,11 @@ class SlurmBackend:
         return self._render(plan)
 
     def preflight(self, plan: LaunchPlan) -> None:
-        """Nothing to check here: sbatch itself refuses what SLURM cannot run, before anything is queued."""
+        """sbatch itself refuses what SLURM cannot run, before anything is queued; a pyxis container needs an
+        srun that has pyxis's options, which sbatch does not check."""
+        container = plan.profile.container
+        if container is not None and container.runtime == "pyxis":
+            _require_pyxis(plan.profile.source)
 
     def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
         """Submit (an sbatch refusal is one line naming its reason; the run folder made for it is removed by
@@ -393,6 +397,18 @@ class SlurmBackend:
         return tuple(done.stdout.split()) if done.returncode == 0 else ()
 
 
+def _require_pyxis(source: str) -> None:
+    from launch.containers import PYXIS_OPTION
+
+    try:
+        done = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise SubmitError("srun: not found on this machine", "run submit where SLURM's commands are") from None
+    if PYXIS_OPTION not in done.stdout + done.stderr:
+        raise SubmitError(f"{source}: container.runtime pyxis: this cluster's srun has no {PYXIS_OPTION} (the pyxis "
+                          "plugin is not installed)", "use runtime apptainer or podman, or ask your site for pyxis")
+
+
 def _render_sbatch(plan: LaunchPlan) -> list[str]:
     job = plan.job
     assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
@@ -407,7 +423,7 @@ def _render_submitit(plan: LaunchPlan) -> list[str]:
            "  sbatch parameters (submitit.SlurmExecutor):"]
     out += [f"    {key} = {value!r}" for key, value in job.parameters if key not in ("setup", "teardown")]
     out += _script_lines(job, "setup", "before the tasks")
-    out += [f"  then srun starts the tasks: {job.python} -u -m submitit.core._submit (submitit's own)"]
+    out += [f"  then srun starts the tasks: {shlex.join(job.python)} -u -m submitit.core._submit (submitit's own)"]
     out += _script_lines(job, "teardown", "after the tasks")
     out += [f"  on {job.requeue_signal} ({dict(job.parameters).get('signal_delay_s')} s before the time limit, or on preemption) the "
             "job requeues itself (submitit's protocol; at most "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real SLURM cluster of two node pairs on one machine, for the test suite and for trying launch by hand.
 #
-#   tests/slurm/cluster.sh install          Debian's slurm-wlm, munge, nftables, openssh, environment-modules
+#   tests/slurm/cluster.sh install          Debian's slurm-wlm, munge, nftables, openssh, environment-modules,
+#                                           podman and runc
 #   tests/slurm/cluster.sh start  [STATE]   munged + slurmctld on this host, one slurmd per network namespace
 #   tests/slurm/cluster.sh stop   [STATE]   every daemon, namespace and link it made, gone
 #   tests/slurm/cluster.sh node-start NODE [STATE]   that node's slurmd again (after a test killed it)
@@ -83,11 +84,14 @@ install() {
     # nftables: the tests' firewall rules inside one node's namespace (launch check, a network partition).
     # openssh: the ssh backend's tests (an sshd per node, the real client here).
     # environment-modules: the site's module system (`module load` in a profile's modules), on every node.
+    # podman (with runc: crun refuses this machine's cgroups): the container runtime the tests run for real.
     command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v nft >/dev/null \
         && [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v scp >/dev/null \
-        && [ -r /usr/share/modules/init/bash ] && return 0
+        && [ -r /usr/share/modules/init/bash ] && command -v podman >/dev/null && command -v runc >/dev/null \
+        && return 0
     apt-get update -qq
-    apt-get install -y -qq slurm-wlm munge nftables openssh-server openssh-client environment-modules >/dev/null
+    apt-get install -y -qq slurm-wlm munge nftables openssh-server openssh-client environment-modules \
+        podman runc >/dev/null
 }
 
 write_config() {

@@ -15,6 +15,8 @@ import time
 import torch
 import torch.distributed as dist
 
+IMAGE_MARK = "/etc/launch-image-release"  # only in the tests' container image
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -36,7 +38,8 @@ def main() -> None:
               "slurm": {key: value for key, value in os.environ.items() if key.startswith("SLURM_")},
               "site": {key: value for key, value in os.environ.items() if key.startswith("SITE_")},
               "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH"), "executable": sys.executable,
-              "prefix": sys.prefix, "cwd": os.getcwd()}
+              "prefix": sys.prefix, "cwd": os.getcwd(),
+              "image": open(IMAGE_MARK).read() if os.path.exists(IMAGE_MARK) else None}
     with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as sink:
         json.dump(record, sink)
     print(f"probe rank {rank} of {dist.get_world_size()} on {socket.gethostname()}: sum {total.item():g}", flush=True)

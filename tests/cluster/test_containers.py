@@ -1,0 +1,82 @@
+"""Containers on the real test cluster: podman (Debian's, with runc) runs every rank in an image built here, through
+both SLURM launchers, with the same rank wiring, run folder, code snapshot and secrets as outside. pyxis cannot
+run here (it is NVIDIA's SPANK plugin for enroot): a cluster without it is refused at submit, in one line, and
+its srun options are checked by the golden files in tests/unit/test_containers.py.
+
+The image is ``FROM scratch`` with a marker file; the host's Python and libraries are mounted into it (a site's
+image would bring its own). podman reads this site's settings from CONTAINERS_CONF: runc, and limits within
+this machine's own (its defaults would raise them, which this machine refuses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, run_cli
+from tests.user_code_runs import PROBE
+
+IMAGE = "localhost/launch-test-image:1"
+MARK = "launch test image, built by tests/cluster/test_containers.py\n"
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The image built here, and podman's settings for this site (passed to the job through its environment)."""
+    folder = tmp_path_factory.mktemp("image")
+    (folder / "release").write_text(MARK)
+    (folder / "Containerfile").write_text("FROM scratch\nCOPY release /etc/launch-image-release\n")
+    nofile, nproc = (resource.getrlimit(limit)[1] for limit in (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC))
+    conf = folder / "containers.conf"
+    conf.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={min(nproc, 4096)}:'
+                    f'{min(nproc, 4096)}"]\n[engine]\nruntime = "runc"\n')
+    env = {"CONTAINERS_CONF": str(conf)}
+    subprocess.run(["podman", "build", "--quiet", "--tag", IMAGE, str(folder)], check=True, timeout=300,
+                   capture_output=True, env={**os.environ, **env})
+    return env
+
+
+def _mounts(*extra: Path) -> str:
+    """The host's Python, its libraries and this project (the editable install) inside the image, read-only."""
+    paths = dict.fromkeys(["/usr", "/lib", "/lib64", "/bin", sys.base_prefix, sys.prefix, str(ROOT)])
+    return "".join(f"    - {path}:{path}:ro\n" for path in paths if Path(path).exists()) + \
+        "".join(f"    - {path}:{path}\n" for path in extra)
+
+
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
+def test_every_rank_runs_in_the_podman_image_with_the_same_wiring_folders_and_secrets(  # type: ignore[no-untyped-def]
+        second_pair, podman, tmp_path: Path, launcher: str) -> None:
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    profile = second_pair.profile(tmp_path, extra=(
+        f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\n"
+        f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
+    done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE), "--run-dir",
+                   str(run_dir), "--", str(out), env={**second_pair.env, **podman, "SITE_TOKEN": "tok-4711"},
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
+    for index, rank in enumerate(ranks):
+        assert rank["image"] == MARK, "the rank ran in the image"
+        assert (rank["RANK"], rank["WORLD_SIZE"], rank["sum"]) == (str(index), "4", 10.0), "the same rank wiring"
+        assert rank["LAUNCH_RUN_DIR"] == str(run_dir), "the same run folder"
+        assert rank["argv0"].startswith(str(run_dir / "code")), "the code snapshot, in the run folder"
+        assert rank["site"]["SITE_TOKEN"] == "tok-4711", "the secret reached the rank"
+        assert (run_dir / "logs" / f"rank-{index}.log").is_file()
+    assert "tok-4711" not in "".join(path.read_text(errors="replace") for path in run_dir.rglob("*")
+                                      if path.is_file() and path.suffix in (".sbatch", ".sh", ".txt", ".json"))
+
+
+def test_a_pyxis_container_on_a_cluster_without_pyxis_is_refused_at_submit(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    profile = second_pair.profile(tmp_path, extra="container:\n  image: nvcr.io#nvidia/pytorch:24.05-py3\n"
+                                                  "  runtime: pyxis\n")
+    done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(tmp_path / "run"),
+                   "--", str(tmp_path / "out"), env=second_pair.env, cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "container.runtime pyxis: this cluster's srun has no --container-image" in done.stderr
+    assert not (tmp_path / "run").exists(), "nothing was queued, no run folder made"
