@@ -88,7 +88,7 @@ def test_the_nodes_run_the_profiles_python(write_profile, text: str, expected: s
 
 def test_submitit_tasks_run_the_profiles_python(write_profile) -> None:  # type: ignore[no-untyped-def]
     assert _plan(write_profile, "extends: slurm-local-2x2\npython: /opt/venv/bin/python\n").job.python == \
-        "/opt/venv/bin/python"
+        ("/opt/venv/bin/python",)
 
 
 def test_the_requeue_signal_reaches_sbatch_submitit_and_the_ranks(write_profile) -> None:  # type: ignore[no-untyped-def]
