@@ -386,6 +386,7 @@ def _ssh_job(inputs: _Inputs) -> LaunchPlan:
     head = profile.rendezvous.address or hosts[0].address
     port = str(profile.rendezvous.port or port_for_run(inputs.run_dir))
     host_files = _files(inputs, host_run_dir)
+    mounted = (host_run_dir,) if profile.container is not None else ()  # a container needs it there first
     nodes = []
     for rank, host in enumerate(hosts):
         context = NodeContext(node_rank=str(rank), master_addr=head, master_port=port)
@@ -396,14 +397,15 @@ def _ssh_job(inputs: _Inputs) -> LaunchPlan:
             host_run_dir, workdir), host_run_dir, after=rank == 0)  # `after` once: on the head
         command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
         line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
-                                         env=shown_env, argv=guarded,
+                                         env=shown_env, argv=guarded, folders=mounted,
                                          snapshot_in=host_run_dir if inputs.snapshot else None)
         nodes.append(SshNode(
             host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
             stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
             reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(
                 workdir, tuple(map(str, _contained(inputs, (inputs.python,), env, host_run_dir, workdir))), host_run_dir,
-                setup=job_shell.setup_block(profile, host_run_dir)))))
+                setup=job_shell.setup_block(profile, host_run_dir), folders=mounted,
+                env=shown_env if mounted else ()))))
     fetched = (LOGS, *((probe.CHECK,) if inputs.checking else ()))
     collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
                                  recurse=True) for host in hosts)

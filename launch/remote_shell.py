@@ -46,11 +46,11 @@ def unpack_snapshot(host_run_dir: str) -> str:
 
 
 def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterable[tuple[str, str]],
-                 argv: Iterable[str], snapshot_in: str | None = None) -> str:
-    """Into the project folder; the snapshot unpacked into the run folder ``snapshot_in`` when shipped; the
-    plan's files written where missing (a resubmitted run keeps its own); then the node's command with the
-    plan's variables, in place of the shell."""
-    steps = [shlex.join(["cd", workdir])]
+                 argv: Iterable[str], snapshot_in: str | None = None, folders: tuple[str, ...] = ()) -> str:
+    """Into the project folder; ``folders`` made (a container mounts them); the snapshot unpacked into the run
+    folder ``snapshot_in`` when shipped; the plan's files written where missing (a resubmitted run keeps its
+    own); then the node's command with the plan's variables, in place of the shell."""
+    steps = [shlex.join(["cd", workdir]), *([shlex.join(["mkdir", "-p", *folders])] if folders else [])]
     if snapshot_in is not None:
         steps.append(unpack_snapshot(snapshot_in))
     for path, text in files:  # as base64: the text, whatever its quotes, crosses ssh and the shell unchanged
@@ -62,10 +62,14 @@ def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterabl
         staged = shlex.quote(path) + '.$(hostname).$$'
         steps.append(f"{{ test -e {shlex.quote(path)} || {{ echo {encoded} | base64 -d > {staged} && "
                      f"mv -n {staged} {shlex.quote(path)}; rm -f {staged}; }}; }}")
-    assignments = [f"{name}={quote_expanding(value)}" if expands(value) else shlex.quote(f"{name}={value}")
-                   for name, value in env]  # ${NAME} expanded on the host; nothing else
-    steps.append(" ".join(["exec", "env", *assignments, shlex.join(argv)]))
+    steps.append(" ".join(["exec", "env", *_assignments(env), shlex.join(argv)]))
     return " && ".join(steps)
+
+
+def _assignments(env: Iterable[tuple[str, str]]) -> list[str]:
+    """``NAME=value`` words for ``env`` (``${NAME}`` expanded on the host; nothing else)."""
+    return [f"{name}={quote_expanding(value)}" if expands(value) else shlex.quote(f"{name}={value}")
+            for name, value in env]
 
 
 def print_command(path: str) -> str:
@@ -84,13 +88,17 @@ def stop_command(host_run_dir: str) -> str:
 FOLDER_PRESENT = "launch: run folder present"
 
 
-def reach_command(workdir: str, python: tuple[str, ...], run_dir: str, setup: list[str] | None = None) -> str:
+def reach_command(workdir: str, python: tuple[str, ...], run_dir: str, setup: list[str] | None = None,
+                  folders: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = ()) -> str:
     """What a host runs before anything starts: into the project folder, whose Python (after the profile's
     ``setup`` block, if any; ``python`` may start it in a container) imports launch; it says ``FOLDER_PRESENT`` when the run folder ``run_dir`` holds an
-    earlier run's logs (one that started)."""
+    earlier run's logs (one that started); ``folders`` are made first and ``env`` set (a container mounts them
+    and may need the profile's variables)."""
     logs = shlex.quote(f"{run_dir}/logs")
-    imports = shlex.join([*python, "-c", "import launch.host_guard"])
+    imports = " ".join([*(["env", *_assignments(env)] if env else []),
+                        shlex.join([*python, "-c", "import launch.host_guard"])])
     if setup:
         imports = shlex.join(["bash", "-c", "\n".join([*setup, imports])])
-    return (f"cd {shlex.quote(workdir)} && {imports}"
+    made = "".join(f"{shlex.join(['mkdir', '-p', *folders])} && " for _ in folders[:1])
+    return (f"cd {shlex.quote(workdir)} && {made}{imports}"
             + f" && {{ test ! -e {logs} || echo {shlex.quote(FOLDER_PRESENT)}; }}")

@@ -80,3 +80,19 @@ def test_a_pyxis_container_on_a_cluster_without_pyxis_is_refused_at_submit(secon
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "container.runtime pyxis: this cluster's srun has no --container-image" in done.stderr
     assert not (tmp_path / "run").exists(), "nothing was queued, no run folder made"
+
+
+def test_ssh_hosts_run_the_guard_and_every_rank_in_the_podman_image(ssh_hosts, podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """On ssh hosts the whole node command runs in the image: launch's host guard too, which takes the secret
+    from the connection through podman's standard input."""
+    out = tmp_path / "out"
+    profile = ssh_hosts.profile(tmp_path, python=None, extra=(
+        f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  CONTAINERS_CONF: {podman['CONTAINERS_CONF']}\n"
+        f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
+    done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(tmp_path / "run"),
+                   "--", str(out), env={"SITE_TOKEN": "tok-0815"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    assert [rank["host"] for rank in ranks] == ["n1", "n1", "n2", "n2"]
+    for rank in ranks:
+        assert rank["image"] == MARK and rank["site"]["SITE_TOKEN"] == "tok-0815"
