@@ -16,7 +16,8 @@ import yaml
 
 from launch import runs
 from launch.code_checks import check_code, check_example_args
-from launch.errors import LaunchError, SubmitError, WorkerFailure
+from launch.accelerate_config import UserConfig
+from launch.errors import ConfigError, LaunchError, SubmitError, WorkerFailure
 from launch import snapshot
 from launch.plan import LAUNCHERS, LaunchPlan, backend_for, build_plan
 from launch.profile import Profile
@@ -74,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--max-restarts", type=int, default=0, metavar="N",
                              help="local profiles: restart the workers up to N times after a failure (torchrun's "
                                   "elastic restarts); they continue from the last checkpoint")
+        command.add_argument("--accelerate-config", metavar="FILE",
+                             help="--strategy accelerate: your own accelerate config (DeepSpeed, FSDP, mixed "
+                                  "precision, ...); launch fills in machines, processes, ranks, head and port "
+                                  "(default: the profile's accelerate_config, else one generated from it)")
         command.add_argument("--expand-args", action="store_true",
                              help="expand ${NAME} in ARGS in each process, from its environment (${SLURM_JOB_ID}, "
                                   "${RANK}); without it ARGS reach the code byte for byte")
@@ -219,17 +224,31 @@ def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -
     chosen = _choose(args, [("", tuple(code_args))])
     profile, strategy = chosen.profile, chosen.strategy
     code = None if chosen.code is None else replace(chosen.code, args=tuple(code_args))
+    user_config = _user_accelerate_config(args, profile)
 
     def plan_in(run_dir: Path) -> LaunchPlan:
         return build_plan(profile, strategy.name, code, args=tuple(code_args), run_dir=str(run_dir.absolute()),
                           python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
-                          max_restarts=args.max_restarts, snapshot=chosen.snapshot, expand_args=args.expand_args)
+                          max_restarts=args.max_restarts, snapshot=chosen.snapshot, expand_args=args.expand_args,
+                          accelerate_config=user_config)
 
     placeholder = plan_in(Path(args.run_dir) if args.run_dir is not None else
                           Path(RUNS) / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
     if args.run_dir is not None or not for_submit:
         return placeholder  # render stays repeatable: the time is filled in when the job is submitted
     return plan_in(runs.claim_run_dir(Path(RUNS), profile.name, _run_name(strategy.name, code), datetime.now()))
+
+
+def _user_accelerate_config(args: argparse.Namespace, profile: Profile) -> UserConfig | None:
+    """The user's accelerate config (--accelerate-config, else the profile's accelerate_config), read here."""
+    given = args.accelerate_config or profile.accelerate_config
+    if given is None:
+        return None
+    where = "--accelerate-config" if args.accelerate_config else f"{profile.source}: accelerate_config"
+    try:
+        return UserConfig(path=str(Path(given).absolute()), text=Path(given).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{where} {given}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
 
 
 def _run_name(strategy: str, code: Target | None) -> str:
@@ -277,7 +296,7 @@ def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: b
     return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=tuple(code_args), grid=grid,
                              folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
                              launcher=args.launcher, max_parallel=parallel, snapshot=chosen.snapshot,
-                             expand_args=args.expand_args)
+                             expand_args=args.expand_args, accelerate_config=_user_accelerate_config(args, profile))
 
 
 def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
@@ -386,7 +405,7 @@ def _run_check(args: argparse.Namespace, code_args: list[str], *, run_dir: str |
         runs.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
     plan = build_plan(profile, args.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
                       workdir=str(Path.cwd()), launcher=args.launcher, check=True, snapshot=chosen.snapshot,
-                      expand_args=args.expand_args)
+                      expand_args=args.expand_args, accelerate_config=_user_accelerate_config(args, profile))
     backend = backends.get(plan.job.backend)
     try:
         _prepare(plan, backend, resume=False)

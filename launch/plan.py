@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from launch import job as contract
 from launch import containers, job_shell, probe, remote_shell, sbatch, ssh, tpu
+from launch.accelerate_config import UserConfig
 from launch.errors import LaunchError
 from launch.layout import CHECKPOINTS, LOGS, METRICS, RESULT
 from launch.profile import Profile
@@ -122,13 +123,14 @@ class _Inputs:
     max_restarts: int
     checking: bool = False  # the plan of `launch check`: the probe runs instead of the code
     expand_args: bool = False  # ${NAME} in the code's arguments expanded in each process
+    accelerate_config: UserConfig | None = None  # the user's own config file, for `accelerate launch`
     snapshot: Snapshot | None = None
 
 
 def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, args: tuple[str, ...] = (),
                run_dir: str, python: str, workdir: str, launcher: str = "submitit",
                max_restarts: int = 0, check: bool = False, snapshot: Snapshot | None = None,
-               expand_args: bool = False) -> LaunchPlan:
+               expand_args: bool = False, accelerate_config: UserConfig | None = None) -> LaunchPlan:
     """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``; ``run_dir``,
     ``python`` and ``workdir`` are absolute paths.
 
@@ -145,12 +147,16 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     editing the files after ``submit`` changes nothing for a queued or requeued job.
 
     ``expand_args`` has each process expand ``${NAME}`` in the code's arguments (else they stay as given).
+    ``accelerate_config`` (the accelerate strategy) is the user's own config file, launch's keys filled in.
     """
     chosen = get_strategy(strategy)
     if code is not None and not chosen.user_code and not check:
         raise LaunchError(f"--strategy {strategy}: runs the bundled example {chosen.example.module} only",
                           "for your own script (one that builds its own transformers.Trainer too) use --strategy "
                           "ddp, which starts it under torchrun")
+    if accelerate_config is not None and not chosen.runner.takes_config:
+        raise LaunchError(f"--accelerate-config {accelerate_config.path}: for --strategy accelerate; --strategy "
+                          f"{strategy} starts the code with {chosen.runner.name}")
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
     backend = backend_for(profile, launcher)
@@ -169,8 +175,8 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
         code, profile = probe_target(code, profile), job_shell.modules_tried(profile)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                      python=python, here_python=here_python, setup_python=setup_python, workdir=workdir, max_restarts=max_restarts, checking=check,
-                     code=code, snapshot=snapshot,
-                     expand_args=expand_args)
+                     code=code, snapshot=snapshot, expand_args=expand_args,
+                     accelerate_config=accelerate_config)
     return _JOB_BUILDERS[backend](inputs)
 
 
@@ -257,7 +263,8 @@ def _node_argv(inputs: _Inputs, node: NodeContext, run_dir: str, python: str) ->
 
 
 def _files(inputs: _Inputs, run_dir: str) -> tuple[PlanFile, ...]:
-    return tuple(PlanFile(path=path, text=text) for path, text in inputs.strategy.runner.files(inputs.profile, run_dir))
+    return tuple(PlanFile(path=path, text=text)
+                 for path, text in inputs.strategy.runner.files(inputs.profile, run_dir, inputs.accelerate_config))
 
 
 def _env(inputs: _Inputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:
@@ -338,6 +345,10 @@ def _sbatch_job(inputs: _Inputs) -> LaunchPlan:
 
 
 def _submitit_job(inputs: _Inputs) -> LaunchPlan:
+    if inputs.accelerate_config is not None:  # its tasks run the code itself, without `accelerate launch`
+        raise LaunchError(f"--accelerate-config {inputs.accelerate_config.path}: `accelerate launch` reads it, which "
+                          "the submitit launcher does not run (one task per process)",
+                          "use --launcher sbatch: one task per node starts `accelerate launch` with your file")
     env = _env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
     return _plan(inputs, env, submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir,
                                            code=inputs.code, env=env, workdir=inputs.workdir,

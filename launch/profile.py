@@ -115,6 +115,7 @@ class Profile:
     node_setup: tuple[str, ...] = ()  # shell lines once on every node before any rank starts there
     after: tuple[str, ...] = ()  # shell lines once after the processes end, whatever the outcome
     container: ContainerSection | None = None  # the image the processes run in
+    accelerate_config: str | None = None  # the user's own accelerate config file (relative: to this file)
     slurm: SlurmSection | None = None
     tpu: TpuSection | None = None
     ssh: SshSection | None = None

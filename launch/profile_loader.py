@@ -181,7 +181,11 @@ def _resolved_mapping(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
 
 
 def _anchor_hostfile(data: dict[str, Any], path: Path) -> None:
-    """An ssh.hostfile relative to the profile file that names it (not to one that extends it)."""
+    """An ssh.hostfile (and an accelerate_config) relative to the profile file that names it (not to one that
+    extends it)."""
+    config = data.get("accelerate_config")
+    if isinstance(config, str) and config and not Path(config).expanduser().is_absolute():
+        data["accelerate_config"] = str(path.parent / config)
     section = data.get("ssh")
     hostfile = section.get("hostfile") if isinstance(section, Mapping) else None
     if isinstance(hostfile, str) and hostfile and not Path(hostfile).expanduser().is_absolute():

@@ -7,11 +7,13 @@ that runs them (``ArrayJob``); ``sweep.json`` in the sweep folder records what w
 from __future__ import annotations
 
 import os
+import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import Any
 
 from launch import sbatch
+from launch.accelerate_config import UserConfig
 from launch.errors import LaunchError, SubmitError
 from launch.grid import Grid, Point
 from launch.layout import read_json, write_json_atomic
@@ -59,7 +61,8 @@ class SweepPlan:
 
 def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common: tuple[str, ...], grid: Grid,
                 folder: str, python: str, workdir: str, launcher: str, max_parallel: int | None,
-                snapshot: Snapshot | None = None, expand_args: bool = False) -> SweepPlan:
+                snapshot: Snapshot | None = None, expand_args: bool = False,
+                accelerate_config: UserConfig | None = None) -> SweepPlan:
     """Every point's plan: ``code`` (the strategy's example when None) with ``common`` then the point's
     arguments, in ``folder``/``point.folder_name()``. A profile's fixed rendezvous port is shifted by the
     point's number, so that points sharing a head node never share a port."""
@@ -75,12 +78,14 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
         at = profile if port is None else replace(profile, rendezvous=replace(profile.rendezvous, port=port + point.index))
         plans.append(build_plan(at, strategy, None if code is None else replace(code, args=args), args=args,
                                 run_dir=str(PurePath(folder, point.folder_name())), python=python, workdir=workdir,
-                                launcher=launcher, snapshot=snapshot, expand_args=expand_args))
+                                launcher=launcher, snapshot=snapshot, expand_args=expand_args,
+                                accelerate_config=accelerate_config))
     parallel = len(points) if max_parallel is None else max(1, min(max_parallel, len(points)))
     inputs = {"folder": folder, "profile": str(profile.source), "strategy": strategy, "script": code and code.script,
               "module": code and code.module, "common": list(common),
               "grid": [[key, list(values)] for key, values in grid.axes], "launcher": launcher,
               "max_parallel": max_parallel, "workdir": workdir, "python": python, "expand_args": expand_args,
+              "accelerate_config": None if accelerate_config is None else dataclasses.asdict(accelerate_config),
               "snapshot": None if snapshot is None else snapshot_record(snapshot)}
     return SweepPlan(folder=folder, grid=grid, points=points, plans=tuple(plans), max_parallel=parallel,
                      backend=backend, array=_ARRAYS[backend](plans, folder, parallel) if backend in _ARRAYS else None,
@@ -96,7 +101,9 @@ def rebuild(given: dict[str, Any], profile: Profile) -> SweepPlan:
     return build_sweep(profile, given["strategy"], code, common=tuple(given["common"]), grid=grid,
                        folder=given["folder"], python=given["python"], workdir=given["workdir"],
                        launcher=given["launcher"], max_parallel=given["max_parallel"],
-                       snapshot=snapshot_from(given["snapshot"]), expand_args=bool(given.get("expand_args")))
+                       snapshot=snapshot_from(given["snapshot"]), expand_args=bool(given.get("expand_args")),
+                       accelerate_config=UserConfig(**given["accelerate_config"]) if given.get("accelerate_config")
+                       else None)
 
 
 def _sbatch_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:

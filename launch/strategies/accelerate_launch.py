@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from launch.accelerate_config import launch_env, render_config
+from launch.accelerate_config import UserConfig, launch_env, render_config
 from launch.profile import Profile
 from launch.shell import Arg
 from launch.strategies.context import NodeContext, Runner
@@ -27,8 +27,9 @@ def node_argv(profile: Profile, python: str, node: NodeContext, process: list[st
     return [*argv, *process]
 
 
-def files(profile: Profile, run_dir: str) -> tuple[tuple[str, str], ...]:
-    return ((config_path(run_dir), render_config(profile)),)
+def files(profile: Profile, run_dir: str, user: UserConfig | None = None) -> tuple[tuple[str, str], ...]:
+    """The config ``accelerate launch`` reads: generated from the profile, or the user's own with launch's keys."""
+    return ((config_path(run_dir), render_config(profile, user=user)),)
 
 
-RUNNER = Runner(name="accelerate", node_argv=node_argv, extra_env=launch_env, files=files)
+RUNNER = Runner(name="accelerate", node_argv=node_argv, extra_env=launch_env, files=files, takes_config=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from launch.profile import Profile
 from launch.shell import Arg
@@ -19,7 +20,7 @@ class NodeContext:
     max_restarts: int = 0  # torchrun's elastic restarts of this node's workers
 
 
-def _no_files(profile: Profile, run_dir: str) -> tuple[tuple[str, str], ...]:
+def _no_files(profile: Profile, run_dir: str, user: Any = None) -> tuple[tuple[str, str], ...]:  # noqa: ANN401
     return ()
 
 
@@ -35,4 +36,6 @@ class Runner:
     name: str
     node_argv: Callable[[Profile, str, NodeContext, list[str], str], list[Arg]]
     extra_env: Callable[[Profile], dict[str, str]] = field(default=_no_env)
-    files: Callable[[Profile, str], tuple[tuple[str, str], ...]] = field(default=_no_files)  # (path, text)
+    files: Callable[..., tuple[tuple[str, str], ...]] = field(default=_no_files)  # (profile, run_dir, user's
+    # config) -> (path, text)
+    takes_config: bool = False  # a user's own config file (accelerate's) can take the place of the generated one

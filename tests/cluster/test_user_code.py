@@ -129,3 +129,20 @@ def test_a_user_script_without_the_runtime_api_is_ended_by_scancel_within_second
     assert run_cli("cancel", str(run_dir), env=slurm_cluster).returncode == 0
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30)
     assert time.monotonic() - begun < 10, "SIGTERM ends a script that does not watch it, at once"
+
+
+def test_the_users_own_accelerate_config_runs_on_two_nodes(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """--accelerate-config: the user's file (mixed precision, dynamo) with launch's machines, processes, ranks and
+    head filled in, read by `accelerate launch` on each node."""
+    config, out = tmp_path / "mine.yaml", tmp_path / "out"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: bf16\n"
+                      "num_processes: 4\ndynamo_config:\n  dynamo_backend: 'NO'\n")
+    done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", "sbatch", "--strategy", "accelerate",
+                   "--accelerate-config", str(config), "--script", str(USER_CODE / "accelerate_state.py"),
+                   "--run-dir", str(tmp_path / "run"), "--", str(out), env=slurm_cluster)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    assert {rank["host"] for rank in ranks} == {"n1", "n2"}
+    for rank in ranks:
+        assert (rank["mixed_precision"], rank["num_processes"]) == ("bf16", 4), rank
+        assert rank["dynamo_backend"] == "NO" and rank["distributed_type"] == "DistributedType.MULTI_CPU", rank

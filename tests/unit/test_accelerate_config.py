@@ -98,3 +98,67 @@ def test_gpu_and_tpu_files_need_no_more_than_the_file(name: str, tmp_path: Path)
     else:  # torchrun, one process per GPU
         assert (args.multi_gpu, args.cpu, args.use_cpu, args.tpu) == (True, False, False, False)
         assert (args.num_processes, args.num_machines) == (profile.world_size, 1)
+
+
+USER_CONFIG = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+mixed_precision: bf16
+num_processes: 4
+machine_rank: 0
+dynamo_config:
+  dynamo_backend: INDUCTOR
+fsdp_config:
+  fsdp_sharding_strategy: FULL_SHARD
+  fsdp_offload_params: false
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+"""
+
+
+def test_the_users_config_keeps_its_settings_and_gets_launchs_and_loads_with_accelerates_loader(
+        write_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    (tmp_path / "fsdp.yaml").write_text(USER_CONFIG)
+    profile = write_profile("extends: slurm-2x4\nnodes: 1\naccelerate_config: fsdp.yaml\n")  # beside the profile
+    done = run_cli("render", "--profile", str(profile), "--strategy", "accelerate", "--launcher", "sbatch")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.split("accelerate_config.yaml:\n", 1)[1].split("\n\n", 1)[0]
+    config = tmp_path / "merged.yaml"
+    config.write_text("\n".join(line[2:] for line in text.splitlines()) + "\n")
+    loaded = load_config_from_file(str(config))
+    assert (loaded.distributed_type.value, loaded.mixed_precision) == ("FSDP", "bf16"), "the user's settings"
+    assert loaded.fsdp_config["fsdp_sharding_strategy"] == "FULL_SHARD"
+    assert loaded.dynamo_config["dynamo_backend"] == "INDUCTOR"
+    assert (loaded.num_processes, loaded.num_machines, loaded.use_cpu) == (4, 1, False), "launch's, from the profile"
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ("num_processes: 4", "num_processes: 16 contradicts profile custom"),
+    ("machine_rank: 0", "machine_rank: 1 contradicts profile custom"),
+    ("mixed_precision: bf16", "use_cpu: True contradicts profile custom"),
+    ("distributed_type: FSDP", "distributed_type: 'NO' contradicts profile custom"),
+])
+def test_a_key_that_contradicts_the_profile_is_one_line_naming_both(write_profile, tmp_path: Path, change: str,  # type: ignore[no-untyped-def]
+                                                                   said: str) -> None:
+    replaced = {"num_processes: 4": "num_processes: 16", "machine_rank: 0": "machine_rank: 1",
+                "mixed_precision: bf16": "mixed_precision: bf16\nuse_cpu: true",
+                "distributed_type: FSDP": "distributed_type: 'NO'"}[change]
+    (tmp_path / "mine.yaml").write_text(USER_CONFIG.replace(change, replaced))
+    profile = write_profile("extends: slurm-2x4\nnodes: 2\nprocs_per_node: 4\nslurm:\n  gpus_per_node: 4\n")
+    done = run_cli("submit", "--profile", str(profile), "--strategy", "accelerate", "--launcher", "sbatch",
+                   "--accelerate-config", str(tmp_path / "mine.yaml"), "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert said in done.stderr and str(tmp_path / "mine.yaml") in done.stderr and str(profile) in done.stderr
+    assert not (tmp_path / "run").exists(), "refused before anything was made"
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--strategy", "ddp"], "--strategy ddp starts the code with torchrun"),
+    (["--strategy", "accelerate"], "the submitit launcher does not run"),
+])
+def test_a_users_config_where_accelerate_launch_does_not_run_is_refused(tmp_path: Path, options: list[str],
+                                                                        said: str) -> None:
+    (tmp_path / "mine.yaml").write_text(USER_CONFIG)
+    done = run_cli("render", "--profile", "slurm-local-2x2", *options, "--accelerate-config", str(tmp_path / "mine.yaml"))
+    assert done.returncode == 2 and said in done.stderr, done.stderr
