@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--output", default="report.png", help="the PNG to write (never over an existing file; "
                                                                 "default report.png)")
     commands.add_parser("doctor", help="what this machine offers, and what each bundled profile would need")
+    convert = commands.add_parser("from-sbatch", help="read your SLURM batch script into a profile and the "
+                                                      "`launch submit` command that runs the same job")
+    convert.add_argument("script", help="the batch script (#SBATCH lines, module, export, source, srun ...)")
+    convert.add_argument("--output", help="the profile to write (never over an existing file; default: the "
+                                          "script's name with .yaml, here)")
     for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
                        ("cancel", "stop a running job")):
         command = commands.add_parser(name, help=text)
@@ -463,6 +468,27 @@ def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
+    from launch import from_sbatch
+
+    script = Path(args.script)
+    try:
+        text = script.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise LaunchError(f"{script}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+    output = Path(args.output or f"{script.stem}.yaml")
+    converted = from_sbatch.convert(text, name=output.stem)
+    profile_text = from_sbatch.profile_text(converted, source=str(script))
+    _write_new(output, lambda sink: sink.write(profile_text.encode()))
+    load_profile(str(output))  # what it wrote loads: anything else is launch's mistake, said here
+    print(f"wrote {output}\nrun the same job with:\n  {from_sbatch.command_line(converted, output)}")
+    if converted.not_carried:
+        print("not carried over:")
+        print("\n".join(f"  line {number}: {line}\n    {why}" if number else f"  {why}"
+                        for number, line, why in converted.not_carried))
+    return 0
+
+
 def _write_new(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """A file made here, never over one that exists (created exclusively: no race with another writer); a
     write that fails leaves nothing behind."""
@@ -581,4 +607,5 @@ def _cancel(args: argparse.Namespace, _: list[str]) -> int:
 
 _HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit, "check": _check,
              "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel,
-             "report": _report, "doctor": _doctor, "sweep": _sweep, "sweep-retry": _sweep_retry}
+             "report": _report, "doctor": _doctor, "sweep": _sweep, "sweep-retry": _sweep_retry,
+             "from-sbatch": _from_sbatch}

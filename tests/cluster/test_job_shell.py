@@ -6,6 +6,7 @@ outcome, and ``${NAME}`` in env values expanded where the job runs."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,28 @@ def test_check_says_per_node_which_modules_load_and_which_python_ran(second_pair
     verdict = done.stderr.strip().splitlines()[-1]
     assert "n4: module sitelocal/1.0 does not load (Module ERROR: not installed on this node)" in verdict, verdict
     assert "n3: module" not in verdict
+
+
+def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A torchrun batch script as users write them, converted, and the printed command run as printed."""
+    out = tmp_path / "out"
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --job-name=converted\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+        f"#SBATCH --partition={second_pair.partition}\n#SBATCH --time=10\n#SBATCH --output=slurm-%j.out\n"
+        f"export MODULEPATH={site['modulefiles']}\nmodule load launchtest/1.0\n"
+        f"source {site['venv']}/bin/activate\nexport SITE_FROM_SCRIPT=yes\n"
+        "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
+        'srun bash -c "torchrun --nnodes 2 --nproc_per_node 2 --node_rank \\$SLURM_NODEID --master_addr $head '
+        f'--master_port 29511 {PROBE} {out}"\n')
+    converted = run_cli("from-sbatch", str(script), cwd=tmp_path)
+    assert converted.returncode == 0, converted.stderr
+    command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
+    assert command[:4] == ["python", "-m", "launch", "submit"]
+    done = run_cli(*command[3:], env=second_pair.env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
+    assert {(rank["site"]["SITE_FROM_SCRIPT"], rank["site"]["SITE_MODULE"]) for rank in ranks} == \
+        {("yes", "launchtest-1.0")}
+    assert {rank["slurm"]["SLURM_JOB_NAME"] for rank in ranks} == {"converted"}
