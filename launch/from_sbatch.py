@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launch.rendezvous import TORCH_CONTRACT
-from launch.sbatch import SBATCH_OPTIONS, SRUN_OPTIONS
+from launch.sbatch import MANAGED_SRUN_OPTIONS, SBATCH_OPTIONS, SRUN_OPTIONS
 
 SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
          "q": "qos", "J": "job-name", "G": "gpus", "C": "constraint", "o": "output", "e": "error", "D": "chdir",
@@ -275,13 +275,12 @@ class _Reader:
                 if name in PYXIS and value:
                     self.container[PYXIS[name]] = value.split(",") if name == "container-mounts" else value
                     self.container["runtime"] = "pyxis"
-                elif name == "no-container-entrypoint":
-                    continue
-                elif name in ("ntasks-per-node", "ntasks", "nodes", "kill-on-bad-exit", "output", "error",
-                              "export", "label", "unbuffered"):
-                    continue
+                elif name in MANAGED_SRUN_OPTIONS or name == "no-container-entrypoint":
+                    pass  # launch sets them on the job's step itself
                 elif name in SRUN_OPTIONS:
                     self.srun_args.append(f"--{name}" + (f"={value}" if value is not None else ""))
+                else:
+                    self.skip(number, line, f"--{name}: not an srun option launch knows")
         if words[:1] == ["bash"] and words[1:2] == ["-c"] and len(words) >= 3:
             try:
                 words = shlex.split(words[2])
@@ -405,8 +404,8 @@ def _assemble(reader: _Reader) -> Converted:
         command.append("--expand-args")
         code = [_braced(word) for word in code]
     if reader.launcher is None:
-        reader.skipped.append((0, "", "no training line found (srun with torchrun, python -m torch.distributed.run,"
-                                      " accelerate launch or python SCRIPT.py): add --script to the command"))
+        reader.skipped.append((0, "", ("no training line found (srun with torchrun, python -m torch.distributed.run, "
+                                       "accelerate launch or python SCRIPT.py): add --script to the command")))
     return Converted(profile=profile, command=[*command, *code], not_carried=reader.skipped)
 
 

@@ -102,8 +102,8 @@ def wrapped(profile: Profile, argv: str, *, run_dir: str, python: str) -> str:
             lines.append(f'{shlex.join(node_setup)} || exit "$?"')
         return "\n".join([*lines, f"exec {argv} <&3 3<&-"]) + "\n"
     run = [f"{argv} <&3 3<&- &", "launch_child=$!", "trap 'kill -TERM \"$launch_child\" 2>/dev/null' TERM INT HUP",
-           'while :; do wait "$launch_child"; launch_status=$?; '
-           '[ "$launch_status" -gt 128 ] && kill -0 "$launch_child" 2>/dev/null || break; done',
+           ('while :; do wait "$launch_child"; launch_status=$?; '
+            '[ "$launch_status" -gt 128 ] && kill -0 "$launch_child" 2>/dev/null || break; done'),
            "trap - TERM INT HUP"]
     if node_setup:
         lines += ["launch_status=0", f"{shlex.join(node_setup)} || launch_status=$?",

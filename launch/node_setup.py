@@ -46,7 +46,7 @@ def module_problems(names: list[str], init: str, timeout_s: float = 60) -> dict[
     for name in names:
         try:
             done = subprocess.run(["bash", "-c", f"{init}\nmodule load {shlex.quote(name)}"], capture_output=True,
-                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=fresh)
+                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=fresh, check=False)
             lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
             errors = [line for line in lines if "error" in line.lower()]  # the module system's reason, not its
             said = (errors[:1] or lines[-1:] or [f"exit status {done.returncode}"])[0]  # sign-off ("Please ...")

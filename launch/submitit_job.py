@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import ClassVar
 
-import shlex
-
 from launch import containers, job_shell
 from launch.node import PlanFile
 from launch.profile import Profile
-from launch.sbatch import env_exports, node_setup_step
 from launch.rendezvous import PORT_BASE, PORT_SPAN
+from launch.sbatch import env_exports, node_setup_step
 from launch.worker import Target
 
 

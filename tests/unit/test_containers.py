@@ -44,7 +44,7 @@ def _golden(name: str, text: str) -> None:
 def test_the_sbatch_script_of_each_runtime_matches_its_golden_file(write_profile, runtime: str) -> None:  # type: ignore[no-untyped-def]
     text = _plan(write_profile, runtime, "sbatch").files[0].text
     _golden(f"slurm-2x4-{runtime}.sbatch", text)
-    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
 
 
 @pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "podman"])
@@ -66,8 +66,8 @@ def test_a_local_apptainer_job_wraps_torchrun_and_binds_the_folders(write_profil
     plan = _plan(write_profile, "apptainer", "submitit", base="extends: local-cpu\n")
     argv = list(plan.job.node.argv)
     assert argv[:argv.index("python3")] == [
-        "apptainer", "exec", "--bind", "/scratch:/scratch,/datasets:/data:ro,/runs/r1:/runs/r1,"
-        "/home/u/project:/home/u/project", "--pwd", "/home/u/project", "--cleanenv", IMAGES["apptainer"]]
+        "apptainer", "exec", "--bind", ("/scratch:/scratch,/datasets:/data:ro,/runs/r1:/runs/r1,"
+                                        "/home/u/project:/home/u/project"), "--pwd", "/home/u/project", "--cleanenv", IMAGES["apptainer"]]
     assert argv[argv.index("python3") + 1:][:2] == ["-m", "torch.distributed.run"]
 
 
@@ -79,7 +79,7 @@ def test_podmans_own_parser_accepts_the_command(write_profile) -> None:  # type:
     create = ["podman", "create", *argv[argv.index("run") + 1:argv.index(IMAGES["podman"])],
               "localhost/no-such-image-here:0", "true"]
     create.remove("--rm")
-    done = subprocess.run(create, capture_output=True, text=True, timeout=120,
+    done = subprocess.run(create, capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, "CONTAINERS_REGISTRIES_CONF": os.devnull})
     assert done.returncode != 0 and "no-such-image-here" in done.stderr, done.stderr
 
