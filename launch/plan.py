@@ -326,12 +326,18 @@ def _head_first(inputs: _Inputs, node: NodeContext, argv: tuple[Arg, ...], run_d
             "--head", node.master_addr, "--port", node.master_port, "--run-dir", run_dir, "--", *argv)
 
 
+def job_name(profile: Profile, what: str) -> str:
+    """SLURM's name for a job (or a sweep's array): the profile's slurm.job_name, else "PROFILE-WHAT"."""
+    if profile.slurm is not None and profile.slurm.job_name:
+        return profile.slurm.job_name
+    return f"{profile.name}-{what}"
+
+
 def _job_name(inputs: _Inputs) -> str:
-    if inputs.profile.slurm is not None and inputs.profile.slurm.job_name:
-        return inputs.profile.slurm.job_name
     code = inputs.code
-    what = "check" if inputs.checking else inputs.strategy.name if inputs.bundled else PurePath(code.script or "").stem or str(code.module)
-    return f"{inputs.profile.name}-{what}"
+    what = "check" if inputs.checking else inputs.strategy.name if inputs.bundled else \
+        PurePath(code.script or "").stem or str(code.module)
+    return job_name(inputs.profile, what)
 
 
 def _sbatch_job(inputs: _Inputs) -> LaunchPlan:

@@ -18,7 +18,7 @@ from launch.errors import LaunchError, SubmitError
 from launch.grid import Grid, Point
 from launch.layout import read_json, write_json_atomic
 from launch.node import PlanFile
-from launch.plan import LaunchPlan, backend_for, build_plan
+from launch.plan import LaunchPlan, backend_for, build_plan, job_name
 from launch.profile import Profile
 from launch.snapshot import Snapshot
 from launch.worker import Target
@@ -109,16 +109,10 @@ def rebuild(given: dict[str, Any], profile: Profile) -> SweepPlan:
 def _sbatch_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
     script = str(PurePath(folder, ARRAY_SCRIPT))
     first = plans[0]
-    text = sbatch.render_array_script(first.profile, job_name=_array_name(first), sweep_dir=folder,
+    text = sbatch.render_array_script(first.profile, job_name=job_name(first.profile, "sweep"), sweep_dir=folder,
                                       scripts=[_point_script(plan) for plan in plans],
                                       spec=array_spec(tuple(range(len(plans))), parallel))
     return ArrayJob(files=(PlanFile(path=script, text=text, executable=True),), script=script)
-
-
-def _array_name(plan: LaunchPlan) -> str:
-    """The profile's slurm.job_name, else "PROFILE-sweep"."""
-    slurm = plan.profile.slurm
-    return slurm.job_name if slurm is not None and slurm.job_name else f"{plan.profile.name}-sweep"
 
 
 def _point_script(plan: LaunchPlan) -> str:
@@ -127,7 +121,7 @@ def _point_script(plan: LaunchPlan) -> str:
 
 def _submitit_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
     parameters = dict(getattr(plans[0].job, "parameters"))
-    parameters["job_name"] = _array_name(plans[0])
+    parameters["job_name"] = job_name(plans[0].profile, "sweep")
     parameters["array_parallelism"] = parallel
     return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePath(folder, SUBMITIT)))
 
