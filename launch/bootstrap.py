@@ -131,7 +131,11 @@ ANNOUNCE_WAIT_S = 10.0
 
 def _requeue_announced() -> bool:
     """Whether the first task says, within ANNOUNCE_WAIT_S, that it requeues the job (its requeued.json for the
-    restart to come): then the SIGTERM was a preemption's."""
+    restart to come): then the SIGTERM was a preemption's. Only a preemption is waited for: a SIGTERM of a
+    cancel or a time limit ends the task at once, leaving the batch script its KillWait for the profile's
+    ``after`` lines."""
+    if not _preempted():
+        return False
     run_dir = job.info().run_dir
     restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1
     deadline = time.monotonic() + ANNOUNCE_WAIT_S

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.check_table import rows
-from tests.helpers import run_cli
+from tests.helpers import run_cli, wait_for
 from tests.user_code_runs import PROBE
 
 MODULE = "#%Module\nsetenv SITE_MODULE launchtest-1.0\n"
@@ -148,3 +148,19 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, site,
     assert {(rank["site"]["SITE_FROM_SCRIPT"], rank["site"]["SITE_MODULE"]) for rank in ranks} == \
         {("yes", "launchtest-1.0")}
     assert {rank["slurm"]["SLURM_JOB_NAME"] for rank in ranks} == {"converted"}
+
+
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
+def test_after_runs_when_the_job_is_cancelled(second_pair, site, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
+    """`launch cancel` (scancel): the batch shell outlives SLURM's SIGTERM, the tasks end, after runs (within
+    the cluster's KillWait)."""
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    profile = _profile(second_pair, tmp_path, site, ["true"])
+    started = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
+                      "--run-dir", str(run_dir), "--detach", "--", str(out), "--sleep", "120",
+                      env=second_pair.env, cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    assert wait_for(lambda: len(list(out.glob("rank-*.json"))) == 4, 120), "the ranks started"
+    assert run_cli("cancel", str(run_dir), env=second_pair.env).returncode == 0
+    assert wait_for(lambda: (run_dir / "after.txt").is_file(), 60), "after ran once the job was cancelled"
+    assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=second_pair.env).stdout, 60)

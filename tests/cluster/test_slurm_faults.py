@@ -83,23 +83,6 @@ def test_a_requeued_job_checkpoints_and_continues_where_it_stopped(second_pair, 
     assert "Restarts=1" in _slurm(env, "scontrol", "show", "job", job_id)
 
 
-def test_a_job_whose_framework_expects_usr1_requeues_on_usr1(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """slurm.requeue_signal: USR1 (what Lightning watches for): SLURM is asked for USR1 before the time limit,
-    and USR1 (here from scancel, as SLURM sends it) makes the job checkpoint, requeue itself and continue."""
-    run_dir, env = tmp_path / "run", second_pair.env
-    profile = second_pair.profile(tmp_path, slurm="  requeue_signal: USR1\n")
-    job_id = _submit(env, run_dir, "--max-steps", str(STEPS_PER_EPOCH + 50), profile=str(profile))
-    script = next((run_dir / "submitit").glob("*_submission.sh")).read_text()
-    assert "#SBATCH --signal=USR1@90" in script and "export SUBMITIT_PREEMPT_SIGNAL=USR1" in script, script
-    assert wait_for(lambda: _at_step(run_dir, 30), 180), _log(run_dir)[-2000:]
-    _slurm(env, "scancel", "--signal=USR1", job_id)
-    result = _finished(env, run_dir, 300)
-    ((stopped, resumed),) = _stops_and_resumes(run_dir, "SIGUSR1")
-    assert stopped >= 30 and resumed == stopped, "checkpointed at USR1, continued from there exactly"
-    assert result["steps"] == STEPS_PER_EPOCH + 50
-    assert "Restarts=1" in _slurm(env, "scontrol", "show", "job", job_id)
-
-
 def test_a_job_preempted_for_a_higher_priority_partition_checkpoints_requeues_and_finishes(  # type: ignore[no-untyped-def]
         second_pair, tmp_path: Path) -> None:
     """Real preemption (tests/slurm/cluster.sh: partition "high2" preempts "debug2" with PreemptMode=REQUEUE):

@@ -91,12 +91,15 @@ def test_a_failing_user_script_on_the_cluster_is_named_within_30_s(slurm_cluster
 
 
 def test_a_user_script_on_the_runtime_api_survives_preemption(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """USR2 (submitit's requeue signal, as a preemption or a time limit sends it) early on: the script stops at
-    a step all ranks agree on, and the requeued job continues from it; every step is trained exactly once.
-    (SLURM's own time limit sends the same USR2 in tests/cluster/test_slurm_faults.py.)"""
+    """The requeue signal early on: the script stops at a step all ranks agree on, and the requeued job
+    continues from it; every step is trained exactly once. The profile's requeue_signal is USR1 (what Lightning
+    watches for): SLURM is asked for USR1 before the time limit, and USR1 (here from scancel, as SLURM sends it)
+    requeues the job. (submitit's default, USR2, comes from SLURM's own time limit in
+    tests/cluster/test_slurm_faults.py.)"""
     out, run_dir, env = tmp_path / "out", tmp_path / "run", second_pair.env
     steps = 100  # 25 s of work at least: the signal comes after the first
-    started = run_cli("submit", "--profile", str(second_pair.profile(tmp_path)), "--script",
+    profile = second_pair.profile(tmp_path, slurm="  requeue_signal: USR1\n")
+    started = run_cli("submit", "--profile", str(profile), "--script",
                       str(USER_CODE / "resumable.py"), "--run-dir", str(run_dir), "--detach", "--", str(out),
                       "--steps", str(steps), "--step-seconds", "0.25", env=env)
     assert started.returncode == 0, started.stderr
@@ -107,11 +110,13 @@ def test_a_user_script_on_the_runtime_api_survives_preemption(second_pair, tmp_p
     metrics = run_dir / "metrics.jsonl"
     assert wait_for(lambda: metrics.is_file() and metrics.read_text().strip(), 120), \
         log.read_text()[-3000:] if log.is_file() else "no rank log"
-    _slurm(env, "scancel", "--signal=USR2", job_id)
+    script = next((run_dir / "submitit").glob("*_submission.sh")).read_text()
+    assert "#SBATCH --signal=USR1@90" in script and "export SUBMITIT_PREEMPT_SIGNAL=USR1" in script, script
+    _slurm(env, "scancel", "--signal=USR1", job_id)
     assert wait_for(lambda: (out / "done.json").is_file(), 300), log.read_text()[-3000:]
     done = json.loads((out / "done.json").read_text())
     assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 4
-    stops = re.findall(r"stopped by SIGUSR2 at step (\d+)", log.read_text())
+    stops = re.findall(r"stopped by SIGUSR1 at step (\d+)", log.read_text())
     resumes = re.findall(r"resumed from step (\d+)", log.read_text())
     assert len(stops) == 1 and resumes == stops, "preempted once, resumed exactly where it stopped"
     assert "Restarts=1" in _slurm(env, "scontrol", "show", "job", job_id)
