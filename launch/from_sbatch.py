@@ -16,12 +16,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from launch import sbatch_text
 from launch.rendezvous import TORCH_CONTRACT
 from launch.sbatch import MANAGED_SRUN_OPTIONS, SBATCH_OPTIONS, SRUN_OPTIONS
 
-SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
-         "q": "qos", "J": "job-name", "G": "gpus", "C": "constraint", "o": "output", "e": "error", "D": "chdir",
-         "w": "nodelist", "x": "exclude", "a": "array", "d": "dependency"}
 SLURM_KEYS = {"partition": "partition", "account": "account", "qos": "qos", "constraint": "constraint",
               "job-name": "job_name"}
 NOT_CARRIED = {"output": "launch writes the job's logs into the run folder", "error": "launch writes the job's "
@@ -51,96 +49,6 @@ class Converted:
     not_carried: list[tuple[int, str, str]] = field(default_factory=list)  # (line number, line, why)
 
 
-def minutes(text: str) -> int | None:
-    """sbatch's --time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in whole minutes, rounded up."""
-    days, dash, rest = text.partition("-")
-    if not dash:
-        days, rest = "0", text
-    parts = rest.split(":")
-    if not days.isdigit() or not all(part.isdigit() for part in parts) or not 1 <= len(parts) <= 3:
-        return None
-    numbers = [int(part) for part in parts]
-    if dash:  # D-HH[:MM[:SS]]
-        hours, mins, secs = (numbers + [0, 0])[:3]
-    else:  # MM, MM:SS or HH:MM:SS
-        hours, mins, secs = [0, *numbers, 0][:3] if len(numbers) < 3 else numbers
-    total = int(days) * 1440 + hours * 60 + mins + (1 if secs else 0)
-    return total or None
-
-
-def gigabytes(text: str) -> int | str | None:
-    """sbatch's --mem in GB (rounded up): 0 is all of a node's memory."""
-    found = re.fullmatch(r"(\d+)([KMGT]?)B?", text.upper())
-    if found is None:
-        return None
-    value = int(found[1])
-    if value == 0:
-        return "all"
-    scale = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "": 1 / 1024, "G": 1, "T": 1024}[found[2]]
-    return max(1, -(-int(value * scale * 1000) // 1000))
-
-
-FLAGS = {"exclusive", "requeue", "no-requeue", "overcommit", "no-container-entrypoint", "exact", "label",
-         "unbuffered", "overlap", "container-remap-root", "container-mount-home", "no-container-mount-home",
-         "container-writable", "container-readonly", "no-kill", "oversubscribe", "hold", "contiguous", "wait"}
-
-
-def _options(words: list[str], *, stop_at_command: bool = False) -> tuple[list[tuple[str, str | None]], int]:
-    """(long name, value) pairs from sbatch/srun-style words (``--a=b``, ``--a b``, ``-N 2``, ``-N2``), and where
-    the first word that is not an option is (with ``stop_at_command``; else all words are read)."""
-    found: list[tuple[str, str | None]] = []
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if word.startswith("--"):
-            name, equals, value = word[2:].partition("=")
-            if not equals and name not in FLAGS and index + 1 < len(words) and not words[index + 1].startswith("-"):
-                value, index = words[index + 1], index + 1
-            found.append((name, value if (equals or value) else None))
-        elif word.startswith("-") and len(word) >= 2:
-            name = SHORT.get(word[1], word[1])
-            value = word[2:] or (words[index + 1] if index + 1 < len(words) else "")
-            index += 0 if word[2:] else 1
-            found.append((name, value))
-        elif stop_at_command:
-            return found, index
-        index += 1
-    return found, index
-
-
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """The script's lines with backslash continuations joined, each with its first line's number."""
-    out: list[tuple[int, str]] = []
-    pending, start = "", 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if not pending:
-            start = number
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        out.append((start, pending + line))
-        pending = ""
-    if pending:
-        out.append((start, pending))
-    return out
-
-
-def _words(line: str) -> list[str]:
-    """A shell line's words; a comment starts only at a word's start, as in bash (``nvcr.io#image`` is a word)."""
-    words = shlex.split(line)
-    return next((words[:index] for index, word in enumerate(words) if word.startswith("#")), words)
-
-
-def _shell_join(words: list[str]) -> str:
-    """Words back into a shell line, ``$NAME`` left to expand where it runs (as it did in the script)."""
-    return " ".join(word if re.fullmatch(r"[\w@%+=:,./${}-]+", word) else shlex.quote(word) for word in words)
-
-
-def _braced(value: str) -> str:
-    """``$NAME`` as ``${NAME}``, the one form a profile's env expands where the job runs."""
-    return re.sub(r"\$([A-Za-z_][A-Za-z0-9_]*)", r"${\1}", value)
-
-
 class _Reader:
     def __init__(self, name: str) -> None:
         self.slurm: dict[str, Any] = {}
@@ -161,11 +69,11 @@ class _Reader:
 
     def directive(self, number: int, line: str) -> None:
         try:
-            words = _words(line.split("#SBATCH", 1)[1])
+            words = sbatch_text.words(line.split("#SBATCH", 1)[1])
         except ValueError:
             self.skip(number, line, "its quotes do not close")
             return
-        for name, value in _options(words)[0]:
+        for name, value in sbatch_text.options(words)[0]:
             self.option(number, line, name, value)
 
     def option(self, number: int, line: str, name: str, value: str | None) -> None:
@@ -181,9 +89,9 @@ class _Reader:
         elif name == "cpus-per-task" and value and value.isdigit():
             self.slurm["cpus_per_task"] = int(value)
         elif name == "mem" and value:
-            self.slurm["mem_gb"] = gigabytes(value)
+            self.slurm["mem_gb"] = sbatch_text.gigabytes(value)
         elif name == "time" and value:
-            self.slurm["time_min"] = minutes(value)
+            self.slurm["time_min"] = sbatch_text.minutes(value)
         elif name == "signal" and value:
             signal, _, delay = value.removeprefix("B:").partition("@")
             signal = signal.removeprefix("SIG")
@@ -207,7 +115,7 @@ class _Reader:
     def body(self, number: int, line: str) -> None:
         stripped = line.strip()
         try:
-            words = _words(stripped)
+            words = sbatch_text.words(stripped)
         except ValueError:
             self.skip(number, line, "its quotes do not close")
             return
@@ -248,7 +156,7 @@ class _Reader:
             elif "$(" in value or "`" in value:
                 self.lists["setup"].append(f"export {shlex.quote(word)}" if " " in word else f"export {word}")
             else:
-                self.env[name] = _braced(value)
+                self.env[name] = sbatch_text.braced(value)
 
     @staticmethod
     def trains(words: list[str]) -> bool:
@@ -259,18 +167,18 @@ class _Reader:
 
     def node_step(self, number: int, line: str, words: list[str]) -> None:
         """An srun step before the training: once per node (node_setup) when it runs one task per node."""
-        options, rest = _split_srun(words[1:])
+        options, rest = sbatch_text.split_srun(words[1:])
         per_node = dict(options).get("ntasks-per-node") == "1" or dict(options).get("ntasks") == str(
             self.profile.get("nodes", 1))
         if per_node and rest:
-            self.lists["node_setup"].append(_shell_join(rest))
+            self.lists["node_setup"].append(sbatch_text.shell_join(rest))
         else:
             self.skip(number, line, "an srun step that is not one task per node: run it in your code, or as "
                                     "node_setup (`srun --ntasks-per-node=1 ...`)")
 
     def training(self, number: int, line: str, words: list[str]) -> None:
         if words[0] == "srun":
-            options, words = _split_srun(words[1:])
+            options, words = sbatch_text.split_srun(words[1:])
             for name, value in options:
                 if name in PYXIS and value:
                     self.container[PYXIS[name]] = value.split(",") if name == "container-mounts" else value
@@ -289,7 +197,7 @@ class _Reader:
                 return
         while words and ("=" in words[0] and not words[0].startswith("-")):  # VAR=value before the command
             name, _, value = words.pop(0).partition("=")
-            self.env[name] = _braced(value)
+            self.env[name] = sbatch_text.braced(value)
         if not words:
             return
         if words[0] in ("torchrun",) or words[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
@@ -347,16 +255,10 @@ class _Reader:
             self.command = ["--script", rest[0], *(["--"] if rest[1:] else []), *rest[1:]]
 
 
-def _split_srun(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """srun's own options, and the command after them."""
-    options, index = _options(words, stop_at_command=True)
-    return options, words[index:]
-
-
 def convert(text: str, *, name: str) -> Converted:
     """The profile and ``launch submit`` command for the batch script ``text``."""
     reader = _Reader(name)
-    for number, line in _logical_lines(text):
+    for number, line in sbatch_text.logical_lines(text):
         stripped = line.strip()
         if stripped.startswith("#SBATCH"):
             reader.directive(number, line)
@@ -402,7 +304,7 @@ def _assemble(reader: _Reader) -> Converted:
     code = reader.command
     if any("$" in word for word in code):
         command.append("--expand-args")
-        code = [_braced(word) for word in code]
+        code = [sbatch_text.braced(word) for word in code]
     if reader.launcher is None:
         reader.skipped.append((0, "", ("no training line found (srun with torchrun, python -m torch.distributed.run, "
                                        "accelerate launch or python SCRIPT.py): add --script to the command")))

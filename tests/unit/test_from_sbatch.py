@@ -169,6 +169,6 @@ def test_it_never_writes_over_a_file_and_names_a_missing_training_line(tmp_path:
 @pytest.mark.parametrize(("given", "minutes"), [("90", 90), ("1:30:00", 90), ("2-00:00:00", 2880), ("1-12", 2160),
                                                 ("10:30", 11), ("0-00:45", 45)])
 def test_sbatch_time_formats(given: str, minutes: int) -> None:
-    from launch.from_sbatch import minutes as parse
+    from launch.sbatch_text import minutes as parse
 
     assert parse(given) == minutes

@@ -1,0 +1,107 @@
+"""Reading a SLURM batch script's text: its logical lines (continuations joined), their words as bash splits
+them, sbatch and srun options in long and short form, and SLURM's time and memory formats. Pure."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
+         "q": "qos", "J": "job-name", "G": "gpus", "C": "constraint", "o": "output", "e": "error", "D": "chdir",
+         "w": "nodelist", "x": "exclude", "a": "array", "d": "dependency"}
+
+
+def minutes(text: str) -> int | None:
+    """sbatch's --time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in whole minutes, rounded up."""
+    days, dash, rest = text.partition("-")
+    if not dash:
+        days, rest = "0", text
+    parts = rest.split(":")
+    if not days.isdigit() or not all(part.isdigit() for part in parts) or not 1 <= len(parts) <= 3:
+        return None
+    numbers = [int(part) for part in parts]
+    if dash:  # D-HH[:MM[:SS]]
+        hours, mins, secs = (numbers + [0, 0])[:3]
+    else:  # MM, MM:SS or HH:MM:SS
+        hours, mins, secs = [0, *numbers, 0][:3] if len(numbers) < 3 else numbers
+    total = int(days) * 1440 + hours * 60 + mins + (1 if secs else 0)
+    return total or None
+
+
+def gigabytes(text: str) -> int | str | None:
+    """sbatch's --mem in GB (rounded up): 0 is all of a node's memory."""
+    found = re.fullmatch(r"(\d+)([KMGT]?)B?", text.upper())
+    if found is None:
+        return None
+    value = int(found[1])
+    if value == 0:
+        return "all"
+    scale = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "": 1 / 1024, "G": 1, "T": 1024}[found[2]]
+    return max(1, -(-int(value * scale * 1000) // 1000))
+
+
+FLAGS = {"exclusive", "requeue", "no-requeue", "overcommit", "no-container-entrypoint", "exact", "label",
+         "unbuffered", "overlap", "container-remap-root", "container-mount-home", "no-container-mount-home",
+         "container-writable", "container-readonly", "no-kill", "oversubscribe", "hold", "contiguous", "wait"}
+
+
+def options(words: list[str], *, stop_at_command: bool = False) -> tuple[list[tuple[str, str | None]], int]:
+    """(long name, value) pairs from sbatch/srun-style words (``--a=b``, ``--a b``, ``-N 2``, ``-N2``), and where
+    the first word that is not an option is (with ``stop_at_command``; else all words are read)."""
+    found: list[tuple[str, str | None]] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word.startswith("--"):
+            name, equals, value = word[2:].partition("=")
+            if not equals and name not in FLAGS and index + 1 < len(words) and not words[index + 1].startswith("-"):
+                value, index = words[index + 1], index + 1
+            found.append((name, value if (equals or value) else None))
+        elif word.startswith("-") and len(word) >= 2:
+            name = SHORT.get(word[1], word[1])
+            value = word[2:] or (words[index + 1] if index + 1 < len(words) else "")
+            index += 0 if word[2:] else 1
+            found.append((name, value))
+        elif stop_at_command:
+            return found, index
+        index += 1
+    return found, index
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """The script's lines with backslash continuations joined, each with its first line's number."""
+    out: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not pending:
+            start = number
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        out.append((start, pending + line))
+        pending = ""
+    if pending:
+        out.append((start, pending))
+    return out
+
+
+def words(line: str) -> list[str]:
+    """A shell line's words; a comment starts only at a word's start, as in bash (``nvcr.io#image`` is a word)."""
+    words = shlex.split(line)
+    return next((words[:index] for index, word in enumerate(words) if word.startswith("#")), words)
+
+
+def shell_join(words: list[str]) -> str:
+    """Words back into a shell line, ``$NAME`` left to expand where it runs (as it did in the script)."""
+    return " ".join(word if re.fullmatch(r"[\w@%+=:,./${}-]+", word) else shlex.quote(word) for word in words)
+
+
+def braced(value: str) -> str:
+    """``$NAME`` as ``${NAME}``, the one form a profile's env expands where the job runs."""
+    return re.sub(r"\$([A-Za-z_][A-Za-z0-9_]*)", r"${\1}", value)
+
+
+def split_srun(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """srun's own options, and the command after them."""
+    found, index = options(words, stop_at_command=True)
+    return found, words[index:]
