@@ -53,7 +53,7 @@ def test_every_rank_runs_in_the_podman_image_with_the_same_wiring_folders_and_se
         second_pair, podman, tmp_path: Path, launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
     profile = second_pair.profile(tmp_path, extra=(
-        f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\n"
+        f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  PYTHONPATH: {ROOT}\n"  # this checkout's launch
         f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE), "--run-dir",
                    str(run_dir), "--", str(out), env={**second_pair.env, **podman, "SITE_TOKEN": "tok-4711"},
@@ -88,6 +88,7 @@ def test_ssh_hosts_run_the_guard_and_every_rank_in_the_podman_image(ssh_hosts, p
     out = tmp_path / "out"
     profile = ssh_hosts.profile(tmp_path, python=None, extra=(
         f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  CONTAINERS_CONF: {podman['CONTAINERS_CONF']}\n"
+        f"  PYTHONPATH: {ROOT}\n"
         f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
     done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(tmp_path / "run"),
                    "--", str(out), env={"SITE_TOKEN": "tok-0815"}, cwd=tmp_path)

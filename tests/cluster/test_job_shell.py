@@ -65,7 +65,7 @@ def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, site, t
     nodes = tmp_path / "node-setup"
     profile = _profile(second_pair, tmp_path, site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
-                   "--run-dir", str(run_dir), "--", str(out),
+                   "--run-dir", str(run_dir), "--", str(out), "--no-torch",
                    env={**second_pair.env, "LD_LIBRARY_PATH": "/site/lib"}, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
@@ -92,7 +92,7 @@ def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(second_pa
     profile = _profile(second_pair, tmp_path, site, [f'echo "copying the data set to {bad}"',
                                                      f'if [ "$(hostname)" = {bad} ]; then echo "disk full"; exit 4; fi'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
-                   "--run-dir", str(run_dir), "--", str(out), env=second_pair.env, cwd=tmp_path)
+                   "--run-dir", str(run_dir), "--", str(out), "--no-torch", env=second_pair.env, cwd=tmp_path)
     assert done.returncode != 0
     assert f"node_setup failed on {bad} (exit status 4); its last lines: copying the data set to {bad} | disk full" \
         in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
@@ -105,7 +105,7 @@ def test_after_runs_after_a_rank_fails(second_pair, site, tmp_path: Path) -> Non
     run_dir, out = tmp_path / "run", tmp_path / "out"
     profile = _profile(second_pair, tmp_path, site, ["true"])
     done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(run_dir), "--",
-                   str(out), "--fail", "exit3", env=second_pair.env, cwd=tmp_path)
+                   str(out), "--fail", "exit3", "--no-torch", env=second_pair.env, cwd=tmp_path)
     assert done.returncode != 0 and "rank 1 on" in done.stderr, done.stderr[-2000:]
     assert (run_dir / "after.txt").read_text().startswith("after: launchtest-1.0"), "after ran after the failure"
 
@@ -136,7 +136,7 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, site,
         f"source {site['venv']}/bin/activate\nexport SITE_FROM_SCRIPT=yes\n"
         "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
         'srun bash -c "torchrun --nnodes 2 --nproc_per_node 2 --node_rank \\$SLURM_NODEID --master_addr $head '
-        f'--master_port 29511 {PROBE} {out}"\n')
+        f'--master_port 29511 {PROBE} {out} --no-torch"\n')
     converted = run_cli("from-sbatch", str(script), cwd=tmp_path)
     assert converted.returncode == 0, converted.stderr
     command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
@@ -157,7 +157,7 @@ def test_after_runs_when_the_job_is_cancelled(second_pair, site, tmp_path: Path,
     run_dir, out = tmp_path / "run", tmp_path / "out"
     profile = _profile(second_pair, tmp_path, site, ["true"])
     started = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
-                      "--run-dir", str(run_dir), "--detach", "--", str(out), "--sleep", "120",
+                      "--run-dir", str(run_dir), "--detach", "--", str(out), "--sleep", "120", "--no-torch",
                       env=second_pair.env, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert wait_for(lambda: len(list(out.glob("rank-*.json"))) == 4, 120), "the ranks started"

@@ -200,7 +200,7 @@ def test_each_host_runs_setup_and_node_setup_and_the_head_runs_after(ssh_hosts: 
             (ssh_hosts.srv(node) / name).unlink(missing_ok=True)
     done = run_cli("submit", "--profile", str(ssh_hosts.profile(tmp_path, extra=extra, python=None)), "--script",
                    str(ROOT / "tests" / "user_code" / "probe.py"), "--run-dir", str(run_dir), "--", str(out),
-                   cwd=tmp_path)
+                   "--no-torch", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     for record in records:
