@@ -22,6 +22,7 @@ from launch.errors import LaunchError, did_you_mean
 from launch.plan import LaunchPlan, build_plan
 from launch.profile_loader import load_profile
 from launch.render import render_text
+from launch.shell import with_env
 from launch.worker import Target
 
 TRAIN_ARGUMENTS = ("epochs", "max_steps", "batch_size", "lr", "dataset", "data_dir", "seed", "log_every",
@@ -70,6 +71,10 @@ def _plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str
     if profile.kind != "local":
         raise LaunchError(f"notebook.run: profile {profile.name} is kind {profile.kind}; a notebook runs local "
                           "profiles (use `python -m launch submit` for the others)")
+    if profile.has_shell or profile.container is not None:
+        raise LaunchError(f"notebook.run: profile {profile.name} runs a shell around its job (modules, setup, "
+                          "node_setup, after) or a container, which the notebook's forked processes cannot",
+                          "use `python -m launch submit --script ...` for it")
     name = strategy if code is None else (code.function or "function").split(":")[-1]
     directory = Path(run_dir) if run_dir else runs.claim_run_dir(Path("runs"), profile.name, name, datetime.now())
     return build_plan(profile, strategy, code, args=argv, run_dir=str(directory.absolute()),
@@ -111,7 +116,7 @@ def _run_module(entry_module: str, argv: tuple[str, ...]) -> None:
 def _environment(added: dict[str, str]) -> Iterator[None]:
     """The plan's worker variables, for the forked processes to inherit; this session's are put back after."""
     before = {name: os.environ.get(name) for name in added}
-    os.environ.update(added)
+    os.environ.update(with_env(os.environ, added.items()))  # ${NAME} expanded, as in every job
     try:
         yield
     finally:

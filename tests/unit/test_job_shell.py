@@ -143,3 +143,11 @@ def test_the_readmes_site_profile_loads_and_its_plan_runs_its_shell(tmp_path: Pa
     _in_order(shown, "#SBATCH --mem=0", "module load gcc/12.2 cuda/12.1 nccl/2.18",
               "source /shared/envs/llama/bin/activate", "-m launch.node_setup", "--cpu-bind=none bash -c 'exec python",
               "cp -r /local/$SLURM_JOB_ID/out /shared/out")
+
+
+def test_a_notebook_refuses_a_profile_whose_shell_its_forked_processes_cannot_run(write_profile) -> None:  # type: ignore[no-untyped-def]
+    from launch import notebook
+    from launch.errors import LaunchError
+
+    with pytest.raises(LaunchError, match="notebook.run: profile custom runs a shell around its job"):
+        notebook.run(print, profile=str(write_profile("extends: local-cpu\nsetup: ['true']\n")))
