@@ -248,8 +248,8 @@ def test_secrets_reach_every_task_and_no_file_of_the_run(slurm_cluster, write_pr
                       "--launcher", launcher, "--detach", "--", "--epochs", "50", "--log-every", "5", env=env)
     assert started.returncode == 0, started.stderr
     note = run_dir / "logs" / "rank-3.json"
-    assert wait_for(lambda: note.is_file() and "environment from the plan" in
-                    (run_dir / "logs" / "rank-3.log").read_text(), 180)
+    log = run_dir / "logs" / "rank-3.log"  # made just after the rank's note: wait for both
+    assert wait_for(lambda: note.is_file() and log.is_file() and "environment from the plan" in log.read_text(), 180)
     pid = json.loads(note.read_text())["pid"]
     received = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
     assert {name: received.get(name) for name in SECRETS} == SECRETS and received["API_KEY"] == PROFILE_SECRET
