@@ -56,14 +56,16 @@ def test_every_rank_runs_in_the_podman_image_with_the_same_wiring_folders_and_se
         f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  PYTHONPATH: {ROOT}\n"  # this checkout's launch
         f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE), "--run-dir",
-                   str(run_dir), "--", str(out), env={**second_pair.env, **podman, "SITE_TOKEN": "tok-4711"},
+                   str(run_dir), "--", str(out), *(["--no-torch"] if launcher == "submitit" else []),
+                   env={**second_pair.env, **podman, "SITE_TOKEN": "tok-4711"},
                    cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
     for index, rank in enumerate(ranks):
         assert rank["image"] == MARK, "the rank ran in the image"
-        assert (rank["RANK"], rank["WORLD_SIZE"], rank["sum"]) == (str(index), "4", 10.0), "the same rank wiring"
+        assert (rank["RANK"], rank["WORLD_SIZE"]) == (str(index), "4"), "the same rank wiring"
+        assert rank["sum"] == (10.0 if launcher == "sbatch" else None), "a collective across the containers"
         assert rank["LAUNCH_RUN_DIR"] == str(run_dir), "the same run folder"
         assert rank["argv0"].startswith(str(run_dir / "code")), "the code snapshot, in the run folder"
         assert rank["site"]["SITE_TOKEN"] == "tok-4711", "the secret reached the rank"

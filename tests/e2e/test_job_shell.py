@@ -26,7 +26,7 @@ def _profile(folder: Path) -> Path:
 def test_setup_node_setup_env_references_and_after_around_a_local_job(tmp_path: Path) -> None:
     out, run_dir = tmp_path / "out", tmp_path / "run"
     done = run_cli("submit", "--profile", str(_profile(tmp_path)), "--script", str(PROBE), "--run-dir",
-                   str(run_dir), "--", str(out), env={"HOME": "/home/someone"}, cwd=tmp_path)
+                   str(run_dir), "--", str(out), "--no-torch", env={"HOME": "/home/someone"}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     for record in probes(out):
         assert record["site"]["SITE_FROM_SETUP"] == "yes"
@@ -42,7 +42,7 @@ def test_setup_node_setup_env_references_and_after_around_a_local_job(tmp_path: 
 def test_after_runs_when_a_local_job_is_cancelled(tmp_path: Path) -> None:
     out, run_dir = tmp_path / "out", tmp_path / "run"
     started = run_cli("submit", "--profile", str(_profile(tmp_path)), "--script", str(PROBE), "--run-dir",
-                      str(run_dir), "--detach", "--", str(out), "--sleep", "120", cwd=tmp_path)
+                      str(run_dir), "--detach", "--", str(out), "--sleep", "120", "--no-torch", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert wait_for(lambda: len(list(out.glob("rank-*.json"))) == 2, 120), "the ranks started"
     assert run_cli("cancel", str(run_dir)).returncode == 0
@@ -53,7 +53,7 @@ def test_after_runs_when_a_local_job_is_cancelled(tmp_path: Path) -> None:
 
 def test_expand_args_expands_names_in_each_process_and_nothing_else(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    given = ["--name=rank${RANK}-of-${WORLD_SIZE}", "${UNSET_HERE}", "$HOME $(touch pwned) `id`"]
+    given = ["--name=rank${RANK}-of-${WORLD_SIZE}", "${UNSET_HERE}", "$HOME $(touch pwned) `id`", "--no-torch"]
     shown = run_cli("render", "--profile", "local-cpu", "--script", str(PROBE), "--expand-args", "--", str(out),
                     *given, cwd=tmp_path)
     assert "${NAME} in the arguments expanded in each process: --expand-args" in shown.stdout
@@ -61,5 +61,5 @@ def test_expand_args_expands_names_in_each_process_and_nothing_else(tmp_path: Pa
                    "--expand-args", "--", str(out), *given, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [record["argv"][1:] for record in probes(out)] == [
-        [f"--name=rank{rank}-of-2", "", "$HOME $(touch pwned) `id`"] for rank in (0, 1)]
+        [f"--name=rank{rank}-of-2", "", "$HOME $(touch pwned) `id`", "--no-torch"] for rank in (0, 1)]
     assert not (tmp_path / "pwned").exists()

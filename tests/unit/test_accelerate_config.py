@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from launch.accelerate_config import render_config
+from launch.cli import main
 from launch.plan import build_plan
 from launch.profile_loader import bundled_profile_names, load_profile
 from tests.helpers import ROOT, run_cli
@@ -139,17 +140,18 @@ def test_the_users_config_keeps_its_settings_and_gets_launchs_and_loads_with_acc
     ("mixed_precision: bf16", "use_cpu: True contradicts profile custom"),
     ("distributed_type: FSDP", "distributed_type: 'NO' contradicts profile custom"),
 ])
-def test_a_key_that_contradicts_the_profile_is_one_line_naming_both(write_profile, tmp_path: Path, change: str,  # type: ignore[no-untyped-def]
-                                                                   said: str) -> None:
+def test_a_key_that_contradicts_the_profile_is_one_line_naming_both(write_profile, capsys, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                   change: str, said: str) -> None:
     replaced = {"num_processes: 4": "num_processes: 16", "machine_rank: 0": "machine_rank: 1",
                 "mixed_precision: bf16": "mixed_precision: bf16\nuse_cpu: true",
                 "distributed_type: FSDP": "distributed_type: 'NO'"}[change]
     (tmp_path / "mine.yaml").write_text(USER_CONFIG.replace(change, replaced))
     profile = write_profile("extends: slurm-2x4\nnodes: 2\nprocs_per_node: 4\nslurm:\n  gpus_per_node: 4\n")
-    done = run_cli("submit", "--profile", str(profile), "--strategy", "accelerate", "--launcher", "sbatch",
-                   "--accelerate-config", str(tmp_path / "mine.yaml"), "--run-dir", str(tmp_path / "run"))
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert said in done.stderr and str(tmp_path / "mine.yaml") in done.stderr and str(profile) in done.stderr
+    status = main(["submit", "--profile", str(profile), "--strategy", "accelerate", "--launcher", "sbatch",
+                   "--accelerate-config", str(tmp_path / "mine.yaml"), "--run-dir", str(tmp_path / "run")])
+    error = capsys.readouterr().err
+    assert status == 2 and len(error.strip().splitlines()) == 1, error
+    assert said in error and str(tmp_path / "mine.yaml") in error and str(profile) in error
     assert not (tmp_path / "run").exists(), "refused before anything was made"
 
 
@@ -157,8 +159,9 @@ def test_a_key_that_contradicts_the_profile_is_one_line_naming_both(write_profil
     (["--strategy", "ddp"], "--strategy ddp starts the code with torchrun"),
     (["--strategy", "accelerate"], "the submitit launcher does not run"),
 ])
-def test_a_users_config_where_accelerate_launch_does_not_run_is_refused(tmp_path: Path, options: list[str],
-                                                                        said: str) -> None:
+def test_a_users_config_where_accelerate_launch_does_not_run_is_refused(capsys, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                        options: list[str], said: str) -> None:
     (tmp_path / "mine.yaml").write_text(USER_CONFIG)
-    done = run_cli("render", "--profile", "slurm-local-2x2", *options, "--accelerate-config", str(tmp_path / "mine.yaml"))
-    assert done.returncode == 2 and said in done.stderr, done.stderr
+    status = main(["render", "--profile", "slurm-local-2x2", *options, "--accelerate-config", str(tmp_path / "mine.yaml")])
+    error = capsys.readouterr().err
+    assert status == 2 and said in error, error

@@ -14,7 +14,7 @@ import pytest
 from launch.plan import build_plan
 from launch.profile_loader import load_profile
 from launch.render import render_text
-from tests.helpers import run_cli
+from launch.cli import main
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "containers"
 CONTAINER = ("container:\n  image: {image}\n  runtime: {runtime}\n  mounts: [/scratch:/scratch, /datasets:/data:ro]\n"
@@ -106,7 +106,9 @@ def test_podmans_own_parser_accepts_the_command(write_profile) -> None:  # type:
     ("extends: slurm-2x4\ncontainer:\n  image: x\n  runtime: podman\n  mount: [/a]\n",
      "container.mount: unknown key; did you mean 'mounts'?"),
 ])
-def test_a_bad_container_section_is_one_line_naming_the_key(write_profile, text: str, expected: str) -> None:  # type: ignore[no-untyped-def]
-    done = run_cli("render", "--profile", str(write_profile(text)))
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert expected in done.stderr, done.stderr
+def test_a_bad_container_section_is_one_line_naming_the_key(write_profile, capsys, text: str,  # type: ignore[no-untyped-def]
+                                                             expected: str) -> None:
+    status = main(["render", "--profile", str(write_profile(text))])
+    error = capsys.readouterr().err
+    assert status == 2 and len(error.strip().splitlines()) == 1, error
+    assert expected in error, error
