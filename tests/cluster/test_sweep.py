@@ -41,8 +41,11 @@ def test_a_sweep_is_one_job_array_and_retry_runs_only_its_failed_point(  # type:
                                                              text=True, timeout=60, env=env).stdout
     most = 0
     deadline = time.monotonic() + 600
-    while "running" in (shown := run_cli("status", str(sweep_dir), env=slurm_cluster).stdout) or \
-            "pending" in shown or "submitted" in shown:
+    ended = {"finished", "failed", "cancelled"}  # any other state (pending, running, completing ...) goes on
+    while True:
+        shown = run_cli("status", str(sweep_dir), env=slurm_cluster).stdout
+        if {line.split()[3] for line in shown.splitlines()[1:]} <= ended:
+            break
         most = max(most, _array_running(env, array))
         assert time.monotonic() < deadline, shown
         time.sleep(0.5)
