@@ -44,7 +44,8 @@ def test_a_sweep_is_one_job_array_and_retry_runs_only_its_failed_point(  # type:
     ended = {"finished", "failed", "cancelled"}  # any other state (pending, running, completing ...) goes on
     while True:
         shown = run_cli("status", str(sweep_dir), env=slurm_cluster).stdout
-        if {line.split()[3] for line in shown.splitlines()[1:]} <= ended:
+        states = [line.split()[3] for line in shown.splitlines()[1:]]
+        if len(states) == 4 and set(states) <= ended:
             break
         most = max(most, _array_running(env, array))
         assert time.monotonic() < deadline, shown
