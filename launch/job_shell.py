@@ -70,6 +70,7 @@ def setup_block(profile: Profile, run_dir: str) -> list[str]:
             + f'/{SETUP_FAILED}-"$(hostname)".txt >&2; exit "$launch_failed"')
     return ["# modules and setup from the profile, as written: the first line that fails stops the job, named",
             f"launch_setup=({' '.join(shlex.quote(line) for line in by_line)})",
+            f"rm -f {logs}/{SETUP_FAILED}-\"$(hostname)\".txt  # an earlier attempt's, in a continued run",
             f"trap {shlex.quote(trap)} ERR", "set +e +u +o pipefail", "launch_first=$((LINENO + 1))", *lines,
             "trap - ERR"]
 

@@ -62,6 +62,7 @@ def run(run_dir: str, lines: list[str]) -> int:
     host = socket.gethostname()
     log = log_path(run_dir, host)
     log.parent.mkdir(parents=True, exist_ok=True)
+    log.with_suffix(".json").unlink(missing_ok=True)  # an earlier attempt's failure, in a continued run
     with open(log, "wb") as out:
         process = subprocess.Popen(["bash", "-c", "set -e\n" + "\n".join(lines) + "\n"], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
