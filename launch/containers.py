@@ -124,14 +124,15 @@ PYXIS_OPTION = "--container-image"  # what srun --help lists where pyxis is inst
 
 
 def wrap(profile: Profile, argv: Sequence[Arg], *, run_dir: str, workdir: str,
-         env_names: Sequence[str]) -> list[Arg]:
-    """``argv`` run in the profile's image (as it is without a container, or where srun puts it there)."""
+         env: Sequence[tuple[str, str]]) -> list[Arg]:
+    """``argv`` run in the profile's image (as it is without a container, or where srun puts it there); the
+    plan's variables ``env`` and the profile's secrets are passed in by name."""
     section = profile.container
     if section is None or RUNTIMES[section.runtime].through_srun:
         return list(argv)
     inside = section.workdir or workdir
     return [*RUNTIMES[section.runtime].command(profile, section, mounts(section, run_dir=run_dir, workdir=workdir),
-                                               inside, env_names), *argv]
+                                               inside, [*(name for name, _ in env), *profile.secrets]), *argv]
 
 
 def srun_options(profile: Profile, *, run_dir: str, workdir: str) -> list[str]:

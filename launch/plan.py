@@ -174,7 +174,8 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     if check:
         code, profile = probe_target(code, profile), job_shell.modules_tried(profile)
     inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
-                     python=python, here_python=here_python, setup_python=setup_python, workdir=workdir, max_restarts=max_restarts, checking=check,
+                     python=python, here_python=here_python, setup_python=setup_python, workdir=workdir,
+                     max_restarts=max_restarts, checking=check,
                      code=code, snapshot=snapshot, expand_args=expand_args,
                      accelerate_config=accelerate_config)
     return _JOB_BUILDERS[backend](inputs)
@@ -312,8 +313,7 @@ def _in_shell(inputs: _Inputs, argv: tuple[Arg, ...], run_dir: str, *, after: bo
 def _contained(inputs: _Inputs, argv: tuple[Arg, ...], env: tuple[tuple[str, str], ...], run_dir: str,
                workdir: str) -> tuple[Arg, ...]:
     """``argv`` in the profile's image (runtimes that wrap a command; pyxis goes through srun's options)."""
-    return tuple(containers.wrap(inputs.profile, argv, run_dir=run_dir, workdir=workdir,
-                                 env_names=[*(name for name, _ in env), *inputs.profile.secrets]))
+    return tuple(containers.wrap(inputs.profile, argv, run_dir=run_dir, workdir=workdir, env=env))
 
 
 def _head_first(inputs: _Inputs, node: NodeContext, argv: tuple[Arg, ...], run_dir: str,

@@ -88,9 +88,8 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
                                                       container=containers.srun_options(profile, run_dir=run_dir,
                                                                                         workdir=workdir)),
                        code=code, env=env, workdir=workdir, port=profile.rendezvous.port,
-                       python=tuple(str(arg) for arg in containers.wrap(
-                           profile, [python], run_dir=run_dir, workdir=workdir,
-                           env_names=[*(name for name, _ in env), *profile.secrets])),
+                       python=tuple(str(arg) for arg in containers.wrap(profile, [python], run_dir=run_dir,
+                                                                        workdir=workdir, env=env)),
                        env_in_script=profile.has_shell,
                        requeue_signal=profile.slurm.requeue_signal if profile.slurm is not None else "USR2",
                        max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)
