@@ -73,7 +73,7 @@ def main() -> None:
 def with_procs(profile: str, procs: int, folder: str) -> str:
     """A profile in ``folder`` that extends ``profile`` (a bundled name or a path) with ``procs`` processes per
     node."""
-    from launch.profile_loader import resolve_profile_path
+    from launch.core.profile_loader import resolve_profile_path
 
     source = resolve_profile_path(profile).resolve()
     copy = Path(folder, f"{source.stem}-{procs}.yaml")

@@ -68,7 +68,7 @@ os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_
 dist.init_process_group("gloo")
 dist.barrier()
 marks["process_group"] = passed = time.time()
-from launch.phases import process_started_at  # standard library only, after the measured part
+from launch.runtime.phases import process_started_at  # standard library only, after the measured part
 started = process_started_at()
 phases, previous = {}, started
 for name, at in marks.items():

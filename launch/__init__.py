@@ -1,11 +1,11 @@
 """launch: one PyTorch training job from a laptop to a multi-node cluster.
 
-A cluster profile plus a strategy becomes a plan (``launch.plan``); ``render`` prints the plan and ``submit``
+A cluster profile plus a strategy becomes a plan (``launch.core.plan``); ``render`` prints the plan and ``submit``
 hands exactly that plan to a backend. Importing this package imports no torch.
 """
 
-from launch import phases as _phases
+from launch.runtime import phases as _phases
 
 __version__ = "0.1.0"
 
-_phases.mark("interpreter")  # the start-up phases of a job's process begin here (launch.phases)
+_phases.mark("interpreter")  # the start-up phases of a job's process begin here (launch.runtime.phases)

@@ -14,22 +14,22 @@ from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import yaml
 
-from launch import runs
-from launch.code_checks import check_code, check_example_args
-from launch.accelerate_config import UserConfig
+from launch.runs import run_folder
+from launch.core.code_checks import check_code, check_example_args
+from launch.launchers.accelerate_config import UserConfig
 from launch.errors import ConfigError, LaunchError, SubmitError, WorkerFailure
-from launch import snapshot
-from launch.plan import LAUNCHERS, LaunchPlan, backend_for, build_plan
-from launch.profile import Profile
-from launch.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
-from launch.render import render_text
-from launch.snapshot import Snapshot
-from launch.strategies import STRATEGIES, Strategy, get_strategy
-from launch.worker import Target
+from launch.core import snapshot
+from launch.core.plan import LAUNCHERS, LaunchPlan, backend_for, build_plan
+from launch.core.profile import Profile
+from launch.core.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
+from launch.core.plan_text import render_text
+from launch.core.snapshot import Snapshot
+from launch.launchers.strategies import STRATEGIES, Strategy, get_strategy
+from launch.runtime.worker import Target
 
 if TYPE_CHECKING:
     from launch.backends import Backend
-    from launch.sweep import SweepPlan
+    from launch.sweeps.sweep_plan import SweepPlan
 
 RUN_TIME_PLACEHOLDER = "YYYYmmdd-HHMMSS"
 RUNS = "runs"  # where new run folders go, in the submitting folder
@@ -241,7 +241,7 @@ def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -
                           Path(RUNS) / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
     if args.run_dir is not None or not for_submit:
         return placeholder  # render stays repeatable: the time is filled in when the job is submitted
-    return plan_in(runs.claim_run_dir(Path(RUNS), profile.name, _run_name(strategy.name, code), datetime.now()))
+    return plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, _run_name(strategy.name, code), datetime.now()))
 
 
 def _user_accelerate_config(args: argparse.Namespace, profile: Profile) -> UserConfig | None:
@@ -266,7 +266,7 @@ def _run_name(strategy: str, code: Target | None) -> str:
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
     if args.grid or args.grid_file:
-        from launch.sweep_runner import render_sweep
+        from launch.sweeps.runner import render_sweep
 
         print(render_sweep(_sweep_plan(args, train_argv, for_submit=False)), end="")
         return 0
@@ -278,8 +278,8 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
 
 def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> SweepPlan:
     """The plan of ``sweep`` (and ``render --grid``); every refusal comes before anything is made."""
-    from launch import sweep
-    from launch.grid import parse_grid
+    from launch.sweeps import sweep_plan as sweep
+    from launch.sweeps.grid import parse_grid
 
     grid = parse_grid(args.grid or [], args.grid_file or [])
     if args.max_parallel is not None and args.max_parallel < 1:
@@ -296,7 +296,7 @@ def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: b
             print(f"--max-parallel {args.max_parallel}: {parallel} at a time here ({sweep.why_fewer(profile)})")
     name = f"{_run_name(chosen.strategy.name, chosen.code)}-sweep"
     folder = Path(args.run_dir) if args.run_dir is not None else \
-        runs.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()) if for_submit else \
+        run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()) if for_submit else \
         Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
     return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=tuple(code_args), grid=grid,
                              folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
@@ -305,7 +305,7 @@ def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: b
 
 
 def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
-    from launch import sweep_runner
+    from launch.sweeps import runner as sweep_runner
 
     _check_run_dir(args.run_dir)
     if args.run_dir is not None and Path(args.run_dir).is_dir() and any(Path(args.run_dir).iterdir()):
@@ -343,7 +343,8 @@ def _check_secrets(profile: Profile, backend: Backend) -> None:
 
 
 def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import sweep, sweep_runner
+    from launch.sweeps import sweep_plan as sweep
+    from launch.sweeps import runner as sweep_runner
 
     folder = Path(args.sweep)
     if not sweep.is_sweep(folder):
@@ -401,13 +402,14 @@ def _check(args: argparse.Namespace, code_args: list[str]) -> int:
 def _run_check(args: argparse.Namespace, code_args: list[str], *, run_dir: str | None) -> None:
     """The probe plan run in its own run folder (with the snapshot the job would run, where it takes one); the
     table printed, a failure raised as its verdict line."""
-    from launch import backends, check
+    from launch import backends
+    from launch.diagnostics import check
 
     chosen = _choose(args, ())
     profile = chosen.profile
     code = chosen.code or Target(module=chosen.strategy.example.module)
     folder = Path(run_dir) if run_dir is not None else \
-        runs.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
+        run_folder.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
     plan = build_plan(profile, args.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
                       workdir=str(Path.cwd()), launcher=args.launcher, check=True, snapshot=chosen.snapshot,
                       expand_args=args.expand_args, accelerate_config=_user_accelerate_config(args, profile))
@@ -439,14 +441,14 @@ def _prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, o
 
     _check_secrets(plan.profile, backend)
     run_dir = Path(plan.run_dir)
-    if (run_dir / runs.STATE).is_file() and backends.is_active(backends.status(run_dir)):
+    if (run_dir / run_folder.STATE).is_file() and backends.is_active(backends.status(run_dir)):
         raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
     backend.preflight(plan)
-    return runs.prepare_run_dir(plan, render_text(plan), resume=resume)
+    return run_folder.prepare_run_dir(plan, render_text(plan), resume=resume)
 
 
 def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.accelerate_config import render_config, working_command
+    from launch.launchers.accelerate_config import render_config, working_command
 
     profile = load_profile(args.profile)
     if not 0 <= args.machine_rank < profile.nodes:
@@ -469,7 +471,7 @@ def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import from_sbatch
+    from launch.backends.slurm import from_sbatch
 
     script = Path(args.script)
     try:
@@ -509,37 +511,39 @@ def _write_new(path: Path, write: Callable[[BinaryIO], object]) -> None:
 def _run_dir(given: str) -> Path:
     """A run folder, its name under runs/, or the SLURM job id of a run under runs/."""
     for candidate in (Path(given), Path(RUNS) / given):
-        if (candidate / runs.PLAN_TEXT).is_file():
+        if (candidate / run_folder.PLAN_TEXT).is_file():
             return candidate
     if given.isdigit():
-        for state_file in sorted(Path(RUNS).glob(f"*/{runs.STATE}")):
-            if str((runs.read_json(state_file) or {}).get("job_id")) == given:
+        for state_file in sorted(Path(RUNS).glob(f"*/{run_folder.STATE}")):
+            if str((run_folder.read_json(state_file) or {}).get("job_id")) == given:
                 return state_file.parent
-    raise LaunchError(f"{given}: not a run folder (no {runs.PLAN_TEXT}) nor the job id of a run under runs/",
+    raise LaunchError(f"{given}: not a run folder (no {run_folder.PLAN_TEXT}) nor the job id of a run under runs/",
                       "give the folder or job id `submit` printed")
 
 
 def _status(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends, sweep
+    from launch import backends
+    from launch.sweeps import sweep_plan as sweep
 
     run_dir = _run_dir(args.run)
     if sweep.is_sweep(run_dir):
-        from launch.sweep_runner import status_table
+        from launch.sweeps.runner import status_table
 
         print(status_table(run_dir))
         return 0
     state = backends.status(run_dir)
     code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
     print(f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else ""))
-    if state.get("status") == "failed" and runs.first_failure(run_dir) is not None:
-        print("\n".join([*runs.failure_details(run_dir), runs.failure_message(run_dir, int(state.get("exit_code") or 1))]))
-    if (run_dir / runs.RESULT).is_file():
-        print(runs.result_summary(run_dir))
+    if state.get("status") == "failed" and run_folder.first_failure(run_dir) is not None:
+        print("\n".join([*run_folder.failure_details(run_dir), run_folder.failure_message(run_dir, int(state.get("exit_code") or 1))]))
+    if (run_dir / run_folder.RESULT).is_file():
+        print(run_folder.result_summary(run_dir))
     return 0
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends, sweep
+    from launch import backends
+    from launch.sweeps import sweep_plan as sweep
 
     run_dir = _run_dir(args.run)
     if sweep.is_sweep(run_dir):
@@ -550,8 +554,9 @@ def _logs(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import report, sweep
-    from launch.layout import METRICS
+    from launch.runs import report
+    from launch.sweeps import sweep_plan as sweep
+    from launch.core.layout import METRICS
 
     output = Path(args.output)
     if output.suffix.lower() != ".png":
@@ -582,18 +587,19 @@ def _folder_with_metrics(given: str) -> Path:
 
 
 def _doctor(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import doctor
+    from launch.diagnostics import doctor
 
     print(doctor.report(), end="")
     return 0
 
 
 def _cancel(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends, sweep
+    from launch import backends
+    from launch.sweeps import sweep_plan as sweep
 
     run_dir = _run_dir(args.run)
     if sweep.is_sweep(run_dir):
-        from launch.sweep_runner import cancel_sweep
+        from launch.sweeps.runner import cancel_sweep
 
         if not cancel_sweep(run_dir):
             raise LaunchError(f"{run_dir}: no point of this sweep is running, nothing to cancel")

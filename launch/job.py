@@ -33,36 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from launch import checkpoints, phases, ranklog
-from launch.layout import METRICS, latest_checkpoint
-from launch.secrets import PLAN_ENV_VARIABLE, SECRET_NAMES_VARIABLE, scrub_data, secret_values
-
-RUN_DIR = "LAUNCH_RUN_DIR"
-CHECKPOINT_DIR = "LAUNCH_CHECKPOINT_DIR"
-RESUME = "LAUNCH_RESUME"
-PROFILE = "LAUNCH_PROFILE"
-DEVICE = "LAUNCH_DEVICE"
-DIST_BACKEND = "LAUNCH_DIST_BACKEND"
-RENDEZVOUS_TIMEOUT = "LAUNCH_RENDEZVOUS_TIMEOUT"
-STOP_SIGNALS = "LAUNCH_STOP_SIGNALS"
-EXPAND_ARGS = "LAUNCH_EXPAND_ARGS"
-PLAN_ENV = PLAN_ENV_VARIABLE
-SECRET_NAMES = SECRET_NAMES_VARIABLE
-
-# The contract, one line each (the README's table is checked against it).
-ENVIRONMENT: tuple[tuple[str, str], ...] = (
-    (RUN_DIR, "the run folder (absolute): rank logs, metrics.jsonl, result.json"),
-    (CHECKPOINT_DIR, "where checkpoints go (the run folder's checkpoints/)"),
-    (RESUME, "1: continue from the last complete checkpoint there, if any (set on every launch)"),
-    (PROFILE, "the profile's name"),
-    (DEVICE, "the profile's device: cpu, cuda or xla"),
-    (DIST_BACKEND, "the profile's collective backend: gloo, nccl or xla"),
-    (RENDEZVOUS_TIMEOUT, "seconds a rank waits for the others when the process group is made"),
-    (STOP_SIGNALS, "the signals that mean 'checkpoint, then stop' on this backend (SLURM: SIGUSR2,SIGTERM)"),
-    (EXPAND_ARGS, "1 (submit --expand-args): ${NAME} in the code's arguments is expanded in each process"),
-    (PLAN_ENV, "the names of the variables the plan added"),
-    (SECRET_NAMES, "the names the profile marks secret (masked in logs and results)"),
-)
+from launch.runtime import checkpoints
+from launch.runtime import phases
+from launch.runtime import rank_log as ranklog
+from launch.core.layout import METRICS, latest_checkpoint
+from launch.core.environment import (CHECKPOINT_DIR, DEVICE, DIST_BACKEND, ENVIRONMENT, EXPAND_ARGS, PLAN_ENV,  # noqa: F401 - public
+                                     PROFILE, RENDEZVOUS_TIMEOUT, RESUME, RUN_DIR, SECRET_NAMES, STOP_SIGNALS)
+from launch.core.secrets import scrub_data, secret_values
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,13 +17,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from launch import runs, worker
+from launch.runs import run_folder
+from launch.runtime import worker
 from launch.errors import LaunchError, did_you_mean
-from launch.plan import LaunchPlan, build_plan
-from launch.profile_loader import load_profile
-from launch.render import render_text
-from launch.shell import with_env
-from launch.worker import Target
+from launch.core.plan import LaunchPlan, build_plan
+from launch.core.profile_loader import load_profile
+from launch.core.plan_text import render_text
+from launch.core.shell import with_env
+from launch.runtime.worker import Target
 
 TRAIN_ARGUMENTS = ("epochs", "max_steps", "batch_size", "lr", "dataset", "data_dir", "seed", "log_every",
                    "checkpoint_every")  # the bundled examples' own, by their Python names
@@ -47,16 +48,16 @@ def run(code: Callable[..., Any] | str, profile: str | None = None, *, args: tup
     if unknown:
         raise LaunchError(f"notebook.run: unknown training argument {unknown[0]!r};"
                           f"{did_you_mean(unknown[0], TRAIN_ARGUMENTS)} allowed: {', '.join(TRAIN_ARGUMENTS)}")
-    from launch.code_checks import check_example_args
-    from launch.strategies import get_strategy
+    from launch.core.code_checks import check_example_args
+    from launch.launchers.strategies import get_strategy
 
     argv = tuple(item for key, value in train_args.items() for item in ("--" + key.replace("_", "-"), str(value)))
     check_example_args(get_strategy(strategy), argv)
     plan = _plan(code, strategy, None, argv, run_dir)
     _launch(plan, _run_module, (str(plan.code.module), plan.code.args))
-    result = runs.read_json(Path(plan.run_dir) / runs.RESULT)
+    result = run_folder.read_json(Path(plan.run_dir) / run_folder.RESULT)
     if result is None:
-        raise LaunchError(f"the run wrote no {runs.RESULT}; rank logs: {Path(plan.run_dir) / runs.LOGS}")
+        raise LaunchError(f"the run wrote no {run_folder.RESULT}; rank logs: {Path(plan.run_dir) / run_folder.LOGS}")
     return result
 
 
@@ -76,7 +77,7 @@ def _plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str
                           "node_setup, after) or a container, which the notebook's forked processes cannot",
                           "use `python -m launch submit --script ...` for it")
     name = strategy if code is None else (code.function or "function").split(":")[-1]
-    directory = Path(run_dir) if run_dir else runs.claim_run_dir(Path("runs"), profile.name, name, datetime.now())
+    directory = Path(run_dir) if run_dir else run_folder.claim_run_dir(Path("runs"), profile.name, name, datetime.now())
     return build_plan(profile, strategy, code, args=argv, run_dir=str(directory.absolute()),
                       python="python", workdir=str(Path.cwd()))
 
@@ -84,10 +85,10 @@ def _plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str
 def _launch(plan: LaunchPlan, function: Callable[..., None], arguments: tuple[Any, ...]) -> None:
     from accelerate import notebook_launcher
 
-    from launch.backends import local
+    from launch.backends.local import backend as local
 
     local.preflight(plan.profile)
-    runs.prepare_run_dir(plan, render_text(plan))
+    run_folder.prepare_run_dir(plan, render_text(plan))
     with _environment(dict(plan.env)):
         notebook_launcher(function, args=arguments, num_processes=plan.profile.procs_per_node,
                           master_addr="127.0.0.1", use_port=str(_free_port()))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launch.plan import build_plan
-from launch.profile_loader import load_profile
+from launch.core.plan import build_plan
+from launch.core.profile_loader import load_profile
 
 
 def tpu_plan(profile: str, strategy: str):  # type: ignore[no-untyped-def]

@@ -6,7 +6,7 @@ import argparse
 import difflib
 from dataclasses import dataclass, fields
 
-from launch.devices import default_dist_backend
+from launch.core.devices import default_dist_backend
 
 DATASETS = ("synthetic", "mnist")
 DEVICES = ("auto", "cpu", "cuda", "xla")

@@ -1,5 +1,5 @@
 """The examples' checkpoints: RNG states, resuming and stopping at a step (the run folder's layout and the
-atomic publishing are launch.checkpoints').
+atomic publishing are launch.runtime.checkpoints').
 
 ``checkpoints/latest.json`` names the last complete checkpoint. It is replaced atomically, only after the
 checkpoint it names is whole, so a job killed at any moment leaves either the old pointer or the new one.
@@ -18,8 +18,8 @@ import torch
 from launch import job
 from train.dist_env import all_gather_objects
 from train.reporting import Progress, Reporter
-from launch.checkpoints import KEEP, Position, point_at, publish, stage, staging_path  # noqa: F401 - for the examples
-from launch.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint
+from launch.runtime.checkpoints import KEEP, Position, point_at, publish, stage, staging_path  # noqa: F401 - for the examples
+from launch.core.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint
 
 
 

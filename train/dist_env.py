@@ -11,7 +11,7 @@ from dataclasses import replace
 from train.args import TrainArgs
 from launch import job
 from launch.job import JobInfo
-from launch.secrets import mask
+from launch.core.secrets import mask
 
 
 DistEnv = JobInfo  # who this process is, as launch.job says (the examples' name for it)

@@ -13,8 +13,8 @@ from pathlib import Path
 from collections.abc import Callable
 
 from launch import job
-from launch.lifetime import die_with_parent
-from launch.secrets import scrub, secret_values
+from launch.runtime.lifetime import die_with_parent
+from launch.core.secrets import scrub, secret_values
 from train.args import TrainArgs, parse_train_args, with_job_defaults
 from train.dist_env import DistEnv, for_device, shown
 from train.reporting import Reporter
@@ -37,7 +37,7 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     if args.device == "xla" and not job.info().launched:
         # One of the processes torch_xla's (or Accelerate's) launcher spawned, one per device, past launch's
         # worker: it keeps its own rank log and record through it.
-        from launch import worker
+        from launch.runtime import worker
 
         status = worker.run_here(lambda: _guarded(train, args, env), rank=env.rank)
         if status:

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from launch import job
-from launch.secrets import scrub_data, secret_values
-from launch.layout import RESULT, write_json_atomic
+from launch.core.secrets import scrub_data, secret_values
+from launch.core.layout import RESULT, write_json_atomic
 
 
 @dataclass

@@ -12,7 +12,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from launch.devices import XLA_INSTALL_HINT, xla_unavailable
+from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable
 
 
 class XlaUnavailable(RuntimeError):

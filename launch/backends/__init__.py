@@ -12,19 +12,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from launch import runs
+from launch.runs import run_folder
 
 if TYPE_CHECKING:
-    from launch.plan import LaunchPlan
+    from launch.core.plan import LaunchPlan
 
 State = dict[str, Any]
 
 BACKENDS: dict[str, str] = {  # name -> "module:object"
-    "local": "launch.backends.local:BACKEND",
-    "submitit": "launch.backends.slurm:SUBMITIT",
-    "sbatch": "launch.backends.slurm:SBATCH",
-    "gcloud": "launch.backends.gcloud:BACKEND",
-    "ssh": "launch.backends.ssh:BACKEND",
+    "local": "launch.backends.local.backend:BACKEND",
+    "submitit": "launch.backends.slurm.backend:SUBMITIT",
+    "sbatch": "launch.backends.slurm.backend:SBATCH",
+    "gcloud": "launch.backends.gcloud.backend:BACKEND",
+    "ssh": "launch.backends.ssh.backend:BACKEND",
 }
 RENAMED = {"slurm": "sbatch", "tpu": "gcloud"}  # what older run folders' state.json calls a backend
 ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
@@ -37,7 +37,7 @@ class Backend(Protocol):
     # through gcloud): the code, secrets and checkpoints are checked there, not here.
     own_hosts: bool
     # The job may start long after submit (a queue, a requeue): it runs a copy of the user's project taken at
-    # submit (launch.snapshot), not the live files.
+    # submit (launch.core.snapshot), not the live files.
     snapshots: bool
     # The job takes the profile's secrets from this environment (inherited, or sent over a connection), so they
     # must be set here; else each host has its own.
@@ -73,7 +73,7 @@ def get(name: str) -> Backend:
 
 def recorded(run_dir: Path) -> tuple[Backend, State]:
     """The backend a run folder's state names, and that state (a run never started is a local one)."""
-    state = runs.read_json(run_dir / runs.STATE) or {"status": "not started"}
+    state = run_folder.read_json(run_dir / run_folder.STATE) or {"status": "not started"}
     name = str(state.get("backend", "local"))
     name = RENAMED.get(name, name)
     return get(name if name in BACKENDS else "local"), state
@@ -104,9 +104,9 @@ def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool,
         return follow and is_active(status(run_dir))
 
     if rank is None:
-        runs.print_all_logs(run_dir, still_running=still_running)
+        run_folder.print_all_logs(run_dir, still_running=still_running)
     else:
-        runs.print_log(runs.rank_log_path(run_dir, rank), rank, still_running=still_running)
+        run_folder.print_log(run_folder.rank_log_path(run_dir, rank), rank, still_running=still_running)
 
 
 def logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import remote_shell
+from launch.backends import remote_shell
 from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for
 from tests.testcluster import SshHosts
 

@@ -191,7 +191,7 @@ def test_a_peer_that_never_comes_fails_after_the_rendezvous_timeout(tmp_path: Pa
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                ACCELERATE_USE_CPU="true", LAUNCH_RUN_DIR=str(tmp_path))  # one rank of a job, as launch starts it
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "launch.worker", "-m", module, "--device", "cpu",
+    done = subprocess.run([sys.executable, "-m", "launch.runtime.worker", "-m", module, "--device", "cpu",
                            "--rendezvous-timeout", "4", "--max-steps", "1"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode != 0
@@ -258,7 +258,7 @@ def test_a_rank_that_prints_or_raises_a_secret_leaves_it_nowhere(tmp_path: Path)
                       "print('token is', os.environ['HF_TOKEN'], flush=True)\n"
                       "os.write(2, ('url ' + os.environ['DATABASE_URL'] + '\\n').encode())\n"
                       "raise ValueError('rejected ' + os.environ['HF_TOKEN'])\n")
-    done = subprocess.run([sys.executable, "-m", "launch.worker", str(script)], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "launch.runtime.worker", str(script)], cwd=ROOT, capture_output=True,
                           text=True, env={**os.environ, **SECRETS, "LAUNCH_SECRET_NAMES": "DATABASE_URL",
                                           "LAUNCH_RUN_DIR": str(tmp_path)})
     assert done.returncode != 0

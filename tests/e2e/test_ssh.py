@@ -1,5 +1,5 @@
 """Machines without a scheduler, reached over ssh: the two sides of a connection, on this machine. The host's
-side (launch.host_guard, as ssh would start it on a host) and the fan-out over the hosts (launch.fanout) run as
+side (launch.backends.ssh.host_guard, as ssh would start it on a host) and the fan-out over the hosts (launch.backends.ssh.fanout) run as
 real local processes; no ssh is involved."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ SECRET = f"hf_{secrets.token_hex(10)}"
 # --- the two sides of a connection, on this machine --------------------------------------------------------
 
 def _guard(run_dir: str, *command: str, **popen: object) -> subprocess.Popen[bytes]:
-    """launch.host_guard as ssh would start it on a host (the run folder in its environment, as the plan sets it)."""
+    """launch.backends.ssh.host_guard as ssh would start it on a host (the run folder in its environment, as the plan sets it)."""
     env = {**os.environ, "LAUNCH_RUN_DIR": run_dir, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "launch.host_guard", "--run-dir", run_dir, "--", *command],
+    return subprocess.Popen([sys.executable, "-m", "launch.backends.ssh.host_guard", "--run-dir", run_dir, "--", *command],
                             env=env, **popen)  # type: ignore[call-overload]
 
 
@@ -75,12 +75,12 @@ def test_the_fan_out_stops_every_node_when_one_fails_and_names_the_first(tmp_pat
     nodes = [("head", f"{run_dir}/host0", STRAY), ("worker", f"{run_dir}/host1",
                                                     "sleep 2; echo 'ssh: connect refused' >&2; exit 3")]
     spec = {"secret_names": ["SHORT_TOKEN"], "collect": [], "after": [], "nodes": [
-        {"host": host, "ssh": [sys.executable, "-m", "launch.host_guard", "--run-dir", folder, "--", "env",
+        {"host": host, "ssh": [sys.executable, "-m", "launch.backends.ssh.host_guard", "--run-dir", folder, "--", "env",
                                f"LAUNCH_RUN_DIR={folder}", "sh", "-c", command], "stop": ["true"]}
         for host, folder, command in nodes]}
     (run_dir / "ssh-job.json").write_text(json.dumps(spec))
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "launch.fanout", str(run_dir / "ssh-job.json")], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "launch.backends.ssh.fanout", str(run_dir / "ssh-job.json")], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT), "SHORT_TOKEN": "s"})
     assert done.returncode == 3, done.stderr
     assert "launch: worker: the node's command ended with exit status 3; the other hosts were stopped" in done.stderr

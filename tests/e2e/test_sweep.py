@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from launch.profile_loader import load_profile
-from launch.sweep import local_parallelism
+from launch.core.profile_loader import load_profile
+from launch.sweeps.sweep_plan import local_parallelism
 from tests.helpers import ROOT, run_cli
 
 POINT = ROOT / "tests" / "user_code" / "sweep_point.py"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from launch.plan import build_plan
-from launch.profile_loader import load_profile
-from launch.remote_shell import host_run_dir
-from launch.snapshot import Snapshot
-from launch.worker import Target
+from launch.core.plan import build_plan
+from launch.core.profile_loader import load_profile
+from launch.backends.remote_shell import host_run_dir
+from launch.core.snapshot import Snapshot
+from launch.runtime.worker import Target
 from tests.helpers import ROOT, free_port, run_cli
 from tests.tpu_plans import tpu_plan
 
@@ -314,14 +314,14 @@ def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_diff
 
 
 HOST_WORKER = """#!{python}
-\"\"\"STAND-IN for a TPU host's python starting launch.xla_worker: torch_xla's per-chip launcher needs TPU chips,
+\"\"\"STAND-IN for a TPU host's python starting launch.runtime.xla_worker: torch_xla's per-chip launcher needs TPU chips,
 so each host runs the code once, as rank 4 x its worker number, under launch's own worker (the XLA path itself
 runs for real in tests/e2e/test_xla.py).\"\"\"
 import os, sys
 args = sys.argv[1:]
-assert args[:2] == ["-m", "launch.xla_worker"], args
+assert args[:2] == ["-m", "launch.runtime.xla_worker"], args
 os.environ.update(RANK=str(4 * int(os.environ["TPU_WORKER_ID"])), LOCAL_RANK="0", WORLD_SIZE="8")
-os.execv(sys.executable, [sys.executable, "-m", "launch.worker", *args[2:]])
+os.execv(sys.executable, [sys.executable, "-m", "launch.runtime.worker", *args[2:]])
 """
 
 

@@ -125,6 +125,6 @@ def test_a_user_script_runs_once_per_xla_device_through_torch_xlas_launcher(xla_
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(out.read_text()) == {"argv": ["a b", "--x=--y", "-"], "rank": "0", "world": "1",
                                            "value": 4.0, "name": "__main__"}
-    assert "-m launch.xla_worker" in (run_dir / "plan.txt").read_text()
+    assert "-m launch.runtime.xla_worker" in (run_dir / "plan.txt").read_text()
     assert "xla probe done" in (run_dir / "logs" / "rank-0.log").read_text()
     assert json.loads((run_dir / "logs" / "rank-0.json").read_text())["status"] == "finished"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.accelerate_config import render_config
+from launch.launchers.accelerate_config import render_config
 from launch.cli import main
-from launch.plan import build_plan
-from launch.profile_loader import bundled_profile_names, load_profile
+from launch.core.plan import build_plan
+from launch.core.profile_loader import bundled_profile_names, load_profile
 from tests.helpers import ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden" / "accelerate"
@@ -74,7 +74,7 @@ def test_render_shows_the_config_it_writes_and_the_command_that_uses_it(tmp_path
     assert result.returncode == 0, result.stderr
     config_path = f"{tmp_path / 'r'}/accelerate_config.yaml"
     assert f"file {config_path}:" in result.stdout
-    assert f"-m accelerate.commands.launch --config_file {config_path} -m launch.worker -m train.accelerated" \
+    assert f"-m accelerate.commands.launch --config_file {config_path} -m launch.runtime.worker -m train.accelerated" \
         in result.stdout
     assert "ACCELERATE_USE_CPU=true" in result.stdout and "distributed_type: MULTI_GPU" in result.stdout
 
@@ -84,7 +84,7 @@ def test_gpu_and_tpu_files_need_no_more_than_the_file(name: str, tmp_path: Path)
     """What `accelerate launch --config_file F script.py` would do with them (no GPU or TPU needed to ask)."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 
-    from launch.accelerate_config import launch_env, working_command
+    from launch.launchers.accelerate_config import launch_env, working_command
 
     profile = load_profile(name)
     assert working_command(profile) is None and launch_env(profile) == {}

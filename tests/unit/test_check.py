@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launch.check import Reports, judge
+from launch.diagnostics.check import Reports, judge
 from tests.helpers import run_cli
 
 

@@ -1,4 +1,4 @@
-"""Checkpoints written in the background (launch.checkpoints.Writer, launch.job's API) and the start-up phases a
+"""Checkpoints written in the background (launch.runtime.checkpoints.Writer, launch.job's API) and the start-up phases a
 process records, in this process: one rank, no process group."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import checkpoints, job, phases
+from launch import job
+from launch.runtime import checkpoints
+from launch.runtime import phases
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.plan import build_plan
-from launch.profile_loader import load_profile
+from launch.core.plan import build_plan
+from launch.core.profile_loader import load_profile
 from tests.helpers import run_cli
 
 TORCHRUN = """\
@@ -169,6 +169,6 @@ def test_it_never_writes_over_a_file_and_names_a_missing_training_line(tmp_path:
 @pytest.mark.parametrize(("given", "minutes"), [("90", 90), ("1:30:00", 90), ("2-00:00:00", 2880), ("1-12", 2160),
                                                 ("10:30", 11), ("0-00:45", 45)])
 def test_sbatch_time_formats(given: str, minutes: int) -> None:
-    from launch.sbatch_text import minutes as parse
+    from launch.backends.slurm.sbatch_text import minutes as parse
 
     assert parse(given) == minutes

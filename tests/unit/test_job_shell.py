@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from launch.plan import build_plan
-from launch.profile_loader import load_profile
-from launch.render import render_text
+from launch.core.plan import build_plan
+from launch.core.profile_loader import load_profile
+from launch.core.plan_text import render_text
 
 SHELL = ("python: /opt/venv/bin/python\nmodules: [gcc/12.2, cuda/12.1]\nmodule_purge: true\n"
          "setup:\n  - source /opt/conda/etc/profile.d/conda.sh\n  - 'conda activate train && echo \"env: $CONDA_PREFIX\"'\n"
@@ -43,14 +43,14 @@ def _in_order(text: str, *fragments: str) -> None:
 
 RUN_ORDER = ("module purge", "module load gcc/12.2 cuda/12.1", "source /opt/conda/etc/profile.d/conda.sh",
              'conda activate train && echo "env: $CONDA_PREFIX"',
-             "/opt/venv/bin/python -m launch.node_setup --run-dir", "'rsync -a /shared/data/ /local/data/'")
+             "/opt/venv/bin/python -m launch.runtime.node_setup --run-dir", "'rsync -a /shared/data/ /local/data/'")
 
 
 @pytest.mark.parametrize(("text", "launcher", "command"), [
     ("extends: local-cpu\n", "submitit", "/opt/venv/bin/python -m torch.distributed.run"),
     ("extends: slurm-local-2x2\n", "sbatch", "/opt/venv/bin/python -m torch.distributed.run"),
     ("extends: slurm-local-2x2\n", "submitit", "/opt/venv/bin/python -u -m submitit.core._submit"),
-    (SSH, "submitit", "/opt/venv/bin/python -m launch.host_guard"),
+    (SSH, "submitit", "/opt/venv/bin/python -m launch.backends.ssh.host_guard"),
     (TPU, "submitit", "/opt/venv/bin/python -m train.xla"),
 ], ids=["local", "sbatch", "submitit", "ssh", "tpu"])
 def test_render_shows_the_shell_in_place_in_the_order_it_runs(write_profile, text: str, launcher: str,  # type: ignore[no-untyped-def]
@@ -63,10 +63,10 @@ def test_ssh_hosts_each_run_the_setup_and_only_the_head_runs_after(write_profile
     plan = _plan(write_profile, SSH + SHELL)
     head, other = (node.command.argv[2] for node in plan.job.nodes)
     for script in (head, other):
-        _in_order(script, *RUN_ORDER, "/opt/venv/bin/python -m launch.host_guard")
+        _in_order(script, *RUN_ORDER, "/opt/venv/bin/python -m launch.backends.ssh.host_guard")
     assert "cp -r /local/out /shared/out" in head and "cp -r" not in other
     reach = " ".join(plan.job.nodes[0].reach_argv)
-    _in_order(reach, "conda activate train", "import launch.host_guard")  # the python after setup is checked
+    _in_order(reach, "conda activate train", "import launch.backends.ssh.host_guard")  # the python after setup is checked
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -141,7 +141,7 @@ def test_the_readmes_site_profile_loads_and_its_plan_runs_its_shell(tmp_path: Pa
     shown = render_text(build_plan(load_profile(str(profile)), "ddp", run_dir="/r", python="/p", workdir="/w",
                                    launcher="sbatch"))
     _in_order(shown, "#SBATCH --mem=0", "module load gcc/12.2 cuda/12.1 nccl/2.18",
-              "source /shared/envs/llama/bin/activate", "-m launch.node_setup", "--cpu-bind=none bash -c 'exec python",
+              "source /shared/envs/llama/bin/activate", "-m launch.runtime.node_setup", "--cpu-bind=none bash -c 'exec python",
               "cp -r /local/$SLURM_JOB_ID/out /shared/out")
 
 

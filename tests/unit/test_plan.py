@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from launch import shell
+from launch.core import shell
 from launch.errors import LaunchError
-from launch.secrets import looks_secret
-from launch.plan import build_plan
-from launch.profile_loader import load_profile
-from launch.render import render_text
-from launch.rendezvous import port_for_job, port_for_job_shell
-from launch.shell import EnvRef
+from launch.core.secrets import looks_secret
+from launch.core.plan import build_plan
+from launch.core.profile_loader import load_profile
+from launch.core.plan_text import render_text
+from launch.core.rendezvous import port_for_job, port_for_job_shell
+from launch.core.shell import EnvRef
 from tests.helpers import ROOT, run_cli
 
 PYTHON = "/opt/venv/bin/python"
@@ -35,7 +35,7 @@ def test_local_cpu_plan_is_one_torchrun_node_with_two_processes() -> None:
     assert plan.world_size == 2 and plan.job.backend == "local"
     node = plan.job.node
     assert node.argv == (PYTHON, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                         "--nproc_per_node", "2", "--max_restarts", "0", "-m", "launch.worker", "-m", "train.ddp",
+                         "--nproc_per_node", "2", "--max_restarts", "0", "-m", "launch.runtime.worker", "-m", "train.ddp",
                          "--epochs", "3", "--lr", "0.01"), "the arguments as given, nothing added"
     assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
                               "LAUNCH_RUN_DIR": "/runs/r1", "LAUNCH_CHECKPOINT_DIR": "/runs/r1/checkpoints",
@@ -191,7 +191,7 @@ def test_submitit_plan_is_one_task_per_process_running_the_code(write_profile) -
 
 
 def test_each_task_derives_the_same_rendezvous_and_its_own_rank() -> None:
-    from launch.bootstrap import TaskFacts, torch_contract
+    from launch.backends.slurm.task_bootstrap import TaskFacts, torch_contract
 
     contracts = [torch_contract(TaskFacts(job_id="4242", global_rank=rank, local_rank=rank % 2, num_tasks=4,
                                           num_nodes=2, node=rank // 2, hostnames=("n1", "n2")),
@@ -206,7 +206,7 @@ def test_each_task_derives_the_same_rendezvous_and_its_own_rank() -> None:
 
 
 def test_an_unresolvable_head_node_fails_at_once_with_its_name() -> None:
-    from launch.bootstrap import RendezvousError, resolve_head
+    from launch.backends.slurm.task_bootstrap import RendezvousError, resolve_head
 
     with pytest.raises(RendezvousError, match="cannot resolve the head node 'no-such-host.invalid'"):
         resolve_head("no-such-host.invalid")

@@ -9,7 +9,7 @@ import yaml
 
 from launch.cli import main
 from launch.errors import ConfigError
-from launch.profile_loader import BUNDLED_DIR, bundled_profile_names, load_profile
+from launch.core.profile_loader import BUNDLED_DIR, bundled_profile_names, load_profile
 from tests.helpers import run_cli
 
 

@@ -24,13 +24,13 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_readme_says_first_how_to_launch_your_own_script_and_lists_every_variable_launch_sets() -> None:
-    from launch.job import ENVIRONMENT
+    from launch.core.environment import ENVIRONMENT
 
     readme = (ROOT / "README.md").read_text()
     sections = re.findall(r"^## (.+)$", readme, flags=re.MULTILINE)
     assert sections[0] == "Your own training script"
     table = dict(re.findall(r"^\| `(LAUNCH_[A-Z_]+)` \| (.+) \|$", readme, flags=re.MULTILINE))
-    assert table == dict(ENVIRONMENT), "the README's table is launch.job.ENVIRONMENT"
+    assert table == dict(ENVIRONMENT), "the README's table is launch.core.environment.ENVIRONMENT"
 
 
 def test_the_launcher_imports_nothing_from_the_examples() -> None:

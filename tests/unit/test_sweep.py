@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launch.errors import LaunchError
-from launch.grid import parse_grid
+from launch.sweeps.grid import parse_grid
 from tests.helpers import run_cli
 
 
@@ -77,7 +77,7 @@ def test_render_shows_the_array_each_points_arguments_and_folder(tmp_path: Path,
 def test_retry_takes_every_point_that_neither_finished_nor_still_runs(tmp_path: Path) -> None:
     """Failed, cancelled, never started and lost points are retried; a finished one is not, nor one whose
     result is there although its record says otherwise (SLURM forgot a finished job)."""
-    from launch import sweep_runner
+    from launch.sweeps import runner as sweep_runner
 
     recorded = {0: {"status": "finished"}, 1: {"status": "failed"}, 2: None, 3: {"status": "cancelled"},
                 4: {"backend": "sbatch", "status": "failed", "job_id": "7_4"},

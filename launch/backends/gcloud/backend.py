@@ -1,0 +1,174 @@
+"""TPU hosts through gcloud: the plan's one gcloud command runs here like a local job; cancel reaches every host."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+from launch import backends
+from launch.backends import remote_shell
+from launch.runs import run_folder
+from launch.backends import State
+from launch.backends.local import backend as local
+from launch.errors import LaunchError, SubmitError
+from launch.core.commands import NodeCommand
+from launch.core.plan import GcloudJob, LaunchPlan
+from launch.core.plan_text import file_lines, node_lines
+
+STOP_TIMEOUT_S = 300
+SHIP_TIMEOUT_S = 1800  # the snapshot onto every host (up to snapshot.LIMIT_BYTES)
+
+
+def preflight() -> None:
+    if shutil.which("gcloud") is None:
+        raise SubmitError("gcloud: not found on PATH; launch reaches TPU hosts through the Google Cloud CLI",
+                          "install it (https://cloud.google.com/sdk/docs/install), then `gcloud auth login`")
+
+
+def cancel(run_dir: Path, state: dict[str, object]) -> bool:
+    """Stop gcloud here, and the run's processes on every host, whatever the state here says (a dropped
+    connection ends gcloud, not the run on the hosts); then fetch what they wrote."""
+    local.cancel(run_dir, state)
+    stop_on_hosts(state)
+    _collect(state)
+    return True
+
+
+def _collect(state: dict[str, object]) -> None:
+    """Every host's rank logs (and check reports) fetched into the run folder here, once the hosts stopped."""
+    collect = tuple(str(arg) for arg in state.get("collect_argv") or [])  # type: ignore[union-attr]
+    if collect:
+        local.run_step(collect, str(Path.cwd()))
+
+
+def stop_on_hosts(state: dict[str, object]) -> None:
+    stop_argv = [str(arg) for arg in state.get("stop_argv") or []]  # type: ignore[union-attr]
+    if not stop_argv:
+        raise SubmitError("this run's state does not say how to reach its hosts", "see its plan.txt")
+    by_hand = f"stop it by hand: {shlex.join(stop_argv)}"
+    try:
+        done = subprocess.run(stop_argv, capture_output=True, text=True, timeout=STOP_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SubmitError(f"stopping the run on the TPU hosts failed ({error})", by_hand) from None
+    if done.returncode:
+        raise SubmitError(f"stopping the run on the TPU hosts failed ({done.stderr.strip()[-300:]})", by_hand)
+
+
+def _stop_or_warn(state: dict[str, object]) -> None:
+    """After Ctrl-C or SIGTERM here: the run stopped on the hosts too, or a warning that says how to stop it."""
+    try:
+        stop_on_hosts(state)
+    except SubmitError as error:
+        print(f"launch: warning: {error}", file=sys.stderr)
+        return
+    _collect(state)
+
+
+def print_rank_log(state: dict[str, object], rank: int) -> None:
+    """A rank's log, from whichever host wrote it, printed here."""
+    ssh, folder = state.get("ssh_argv"), state.get("hosts_run_dir")
+    if not isinstance(ssh, list) or not isinstance(folder, str):
+        raise SubmitError("this run's state does not say where its hosts are", "see its plan.txt")
+    path = str(run_folder.rank_log_path(PurePosixPath(folder), rank))
+    done = subprocess.run([*map(str, ssh), remote_shell.print_command(path)], check=False)
+    if done.returncode:
+        raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
+
+
+def _run_here(argv: tuple[str, ...]) -> None:
+    """A step before the job; its failure stops the submit, naming the step."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=SHIP_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SubmitError(f"{shlex.join(argv[:6])} ...: failed ({error})") from None
+    if done.returncode:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise SubmitError(f"{shlex.join(argv[:6])} ...: failed (exit status {done.returncode}"
+                          + (f": {said[-1][:300]})" if said else ")"))
+
+
+def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:
+    """The rank that failed first, from the rank records fetched back from the hosts; else what gcloud said."""
+    if run_folder.first_failure(run_dir) is not None:
+        return f"{run_folder.failure_message(run_dir, status)} (fetched from the TPU hosts)"
+    return (f"the job failed on the TPU hosts (gcloud's exit status {status}; after a dropped connection they may "
+            f"still run: python -m launch cancel {run_dir}); rank logs: {job.host_folder}/{run_folder.LOGS} on each TPU host")
+
+
+def _job(plan: LaunchPlan) -> GcloudJob:
+    assert isinstance(plan.job, GcloudJob)  # noqa: S101 - the gcloud backend's job
+    return plan.job
+
+
+def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
+    return NodeCommand(node_rank=0, argv=_job(plan).submit_argv, env=(), cwd=str(Path.cwd()))
+
+
+def _record(plan: LaunchPlan) -> dict[str, object]:
+    job = _job(plan)
+    return {"backend": BACKEND.name, "ssh_argv": list(job.ssh_argv),
+            "stop_argv": [*job.ssh_argv, remote_shell.stop_command(job.host_run_dir)], "hosts_run_dir": job.host_folder,
+            "collect_argv": list(job.collect_argv)}
+
+
+class GcloudBackend:
+    """TPU hosts through gcloud: the one gcloud command runs here like a local job; cancel reaches every host."""
+
+    name = "gcloud"
+    own_hosts = True
+    forwards_secrets = False
+    snapshots = True
+
+    def render(self, plan: LaunchPlan) -> list[str]:
+        job = _job(plan)
+        first = [f"first, here: {shlex.join(argv)}" for argv in job.before_argv]
+        return [f"on hosts:  {job.host_run_dir} in {job.node.cwd} on every TPU host (rank logs, checkpoints, "
+                "result); here: the plan and the gcloud output",
+                *node_lines(job.node, "every TPU host, the same command, through gcloud", plan.profile.secrets),
+                *file_lines(job.host_files, " (on every host)"), "", *first, *([""] if first else []),
+                f"submitted with: {shlex.join(job.submit_argv)}", "",
+                *([f"then, however it ended: {shlex.join(job.collect_argv)}"] if job.collect_argv else []),
+                *([f"then, once it succeeded: {shlex.join(job.after_argv)}"] if job.after_argv else [])]
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        preflight()
+
+    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+        """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped
+        here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
+        job, record, run_dir = _job(plan), _record(plan), Path(plan.run_dir)
+        for argv in job.before_argv:  # the snapshot, onto every host
+            _run_here(argv)
+        return local.execute_here(
+            plan, _gcloud_node(plan), detach=detach, record=record, then=job.after_argv, collect=job.collect_argv,
+            follow=f"status {shlex.quote(str(run_dir))}", logs=f"{job.host_folder}/{run_folder.LOGS} on each TPU host",
+            on_cancel=lambda: _stop_or_warn(record),
+            failure=lambda status: _failure(run_dir, job, status))
+
+    def status(self, run_dir: Path, state: State) -> State:
+        return local.current_status(run_dir, state)
+
+    def cancel(self, run_dir: Path, state: State) -> bool:
+        return cancel(run_dir, state)
+
+    def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
+        ended = not backends.is_active(self.status(run_dir, state))
+        if ended and not follow and any((run_dir / run_folder.LOGS).glob("rank-*.log")):
+            backends.print_logs_here(run_dir, rank=rank, follow=False)  # fetched from every host at the end
+            return
+        if rank is None:
+            raise LaunchError(f"logs --all: {run_dir} runs on TPU hosts, whose logs are read through gcloud one "
+                              "rank at a time", "give --rank N")
+        if follow:
+            raise LaunchError(f"logs --follow: {run_dir} runs on TPU hosts, whose logs are read through gcloud",
+                              "run `logs` again, or follow the job with `submit` in the foreground")
+        print_rank_log(state, rank)
+
+    def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
+        return ()  # gcloud names the TPU workers by index only
+
+
+BACKEND = GcloudBackend()

@@ -1,0 +1,90 @@
+"""What a profile's ``slurm:`` section may say: sizes and limits, the job name, and sbatch and srun options
+(SLURM's own, none that launch sets itself), each problem as one line naming its key."""
+
+from __future__ import annotations
+
+import re
+
+from launch.errors import CONTROL_CHARACTERS, did_you_mean
+from launch.core.profile import Profile, SlurmSection
+from launch.backends.slurm.sbatch_script import (
+    MANAGED_SRUN_OPTIONS,
+    SBATCH_OPTIONS,
+    SRUN_OPTIONS,
+    managed_option,
+)
+
+# Measured on Slurm 22.05, which checks limits every 30 s and signals up to that much early: with the signal
+# 100 s before a 2 min limit, a requeued job got it as it started, before its tasks could handle it (they
+# died); with 60 s, each allocation ran 20 to 60 s before the signal.
+MIN_RUN_BEFORE_SIGNAL_S = 60
+_SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
+_SRUN_ARG = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(=.+)?\Z", re.DOTALL)
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
+
+
+def check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
+    """Problems with the slurm section's values, each as 'slurm.key: message'."""
+    problems = [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
+                for key in ("time_min", "cpus_per_task")
+                if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
+    if isinstance(slurm.mem_gb, int) and slurm.mem_gb < 1:
+        problems.append(f"slurm.mem_gb: must be at least 1, or all (every node's whole memory, sbatch's --mem=0), "
+                        f"got {slurm.mem_gb}")
+    problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
+                 for key in ("signal_delay_s", "max_timeouts") if getattr(slurm, key) < 0]
+    most = slurm.time_min * 60 - MIN_RUN_BEFORE_SIGNAL_S if slurm.time_min is not None else None
+    if most is not None and slurm.signal_delay_s > most:
+        problems.append(f"slurm.signal_delay_s: {slurm.signal_delay_s} s before the end of a {slurm.time_min} min "
+                        f"job leaves less than {MIN_RUN_BEFORE_SIGNAL_S} s before the signal (SLURM then signals a "
+                        f"requeued job as it starts, killing it); use at most {max(most, 0)} or a longer time_min")
+    problems += _check_sbatch_text(slurm) + _check_srun_args(slurm)
+    if slurm.job_name is not None and not _JOB_NAME.match(slurm.job_name):
+        problems.append(f"slurm.job_name: {slurm.job_name!r} must be letters, digits and . _ + - (it becomes an "
+                        "#SBATCH line, which is not shell)")
+    gpus = slurm.gpus_per_node
+    if gpus is not None and profile.device == "cuda" and gpus != profile.procs_per_node:
+        problems.append(f"slurm.gpus_per_node: {gpus} GPUs per node cannot serve procs_per_node "
+                        f"{profile.procs_per_node} (one process per GPU); make them equal")
+    if gpus and profile.device == "cpu":
+        problems.append(f"slurm.gpus_per_node: {gpus} GPUs asked for a device cpu profile; "
+                        "remove it or set device: cuda")
+    return problems
+
+
+def _check_srun_args(slurm: SlurmSection) -> list[str]:
+    """slurm.srun_args: srun's own long options, none that launch sets on the step itself."""
+    problems = []
+    for index, arg in enumerate(slurm.srun_args):
+        where = f"slurm.srun_args[{index}]"
+        found = _SRUN_ARG.match(arg)
+        if found is None:
+            problems.append(f"{where}: {arg!r} is not a long srun option (--name or --name=value; write -N and "
+                            "the like in their long form)")
+            continue
+        name = found["name"]
+        if name not in SRUN_OPTIONS:
+            problems.append(f"{where}: --{name} is not an srun option;{did_you_mean(name, SRUN_OPTIONS)} see `man srun`")
+        elif name in MANAGED_SRUN_OPTIONS:
+            problems.append(f"{where}: --{name} is set by {MANAGED_SRUN_OPTIONS[name]}; leave it out")
+        if CONTROL_CHARACTERS.search(arg):
+            problems.append(f"{where}: must be a single line without control characters")
+    return problems
+
+
+def _check_sbatch_text(slurm: SlurmSection) -> list[str]:
+    """Values that become ``#SBATCH`` lines: one line each, and no option launch already sets."""
+    problems = [f"slurm.{key}: must be a single line without control characters"
+                for key in ("partition", "account", "qos", "constraint")
+                if CONTROL_CHARACTERS.search(getattr(slurm, key) or "")]
+    for option, value in slurm.extra_sbatch.items():
+        where = f"slurm.extra_sbatch.{option}"
+        if not _SBATCH_OPTION.match(option):
+            problems.append(f"{where}: not an sbatch long option name (lowercase, like 'mail-type')")
+        elif source := managed_option(option):
+            problems.append(f"{where}: set by launch from {source}; set it there")
+        elif option not in SBATCH_OPTIONS:
+            problems.append(f"{where}: not an sbatch option;{did_you_mean(option, SBATCH_OPTIONS)} see `man sbatch`")
+        if CONTROL_CHARACTERS.search(value):
+            problems.append(f"{where}: must be a single line without control characters")
+    return problems

@@ -1,0 +1,183 @@
+"""The classic sbatch form of a plan: one task per node, each running the node's launcher command."""
+
+from __future__ import annotations
+
+import shlex
+
+from launch.core import containers
+from launch.core import site_shell
+from launch.core import shell
+from launch.errors import LaunchError
+from launch.core.commands import NodeCommand
+from launch.core.profile import Profile
+from launch.core.rendezvous import SLURM_NODE_LIST, port_for_job_shell
+from launch.core.secrets import looks_secret
+
+# sbatch options launch writes itself or that would contradict what it writes, with where each comes from.
+MANAGED_OPTIONS = {"nodes": "nodes",
+                   "ntasks-per-node": "one task per node", "ntasks": "nodes (one task per node)",
+                   "time": "slurm.time_min", "output": "the run folder", "error": "the run folder",
+                   "job-name": "slurm.job_name (default: the profile and strategy names)",
+                   "chdir": "the folder you submit from", "export": "the profile's env (all is exported)",
+                   "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
+                   "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem_gb", "mem-per-cpu": "slurm.mem_gb",
+                   "mem-per-gpu": "slurm.mem_gb", "gpus-per-node": "slurm.gpus_per_node",
+                   "gpus": "slurm.gpus_per_node", "gres": "slurm.gpus_per_node",
+                   "gpus-per-task": "slurm.gpus_per_node", "constraint": "slurm.constraint",
+                   "exclusive": "slurm.exclusive",
+                   "signal": "slurm.requeue_signal and slurm.signal_delay_s (submitit launcher)"}
+# sbatch's long options (Slurm 22.05's man page, less help/usage/version and the ones for the terminal), so a
+# typo in extra_sbatch is a profile error, not an sbatch error after submission.
+SBATCH_OPTIONS = frozenset({
+    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster-constraint", "clusters",
+    "comment", "constraint", "container", "contiguous", "core-spec", "cores-per-socket", "cpu-freq",
+    "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "error", "exclude", "exclusive",
+    "export", "export-file", "extra-node-info", "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus",
+    "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "hold", "ignore-pbs",
+    "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
+    "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill", "no-requeue",
+    "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
+    "ntasks-per-socket", "open-mode", "output", "overcommit", "oversubscribe", "partition", "power", "prefer",
+    "priority", "profile", "propagate", "qos", "reboot", "requeue", "reservation", "signal",
+    "sockets-per-node", "spread-job", "switches", "thread-spec", "threads-per-core", "time", "time-min", "tmp",
+    "uid", "use-min-nodes", "wait-all-nodes", "wckey",
+})
+# srun's long options (Slurm 22.05's man page), for slurm.srun_args.
+SRUN_OPTIONS = frozenset({
+    "accel-bind", "account", "acctg-freq", "bb", "bbf", "bcast", "bcast-exclude", "begin", "chdir",
+    "cluster-constraint", "clusters", "comment", "compress", "constraint", "container", "contiguous", "core-spec",
+    "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
+    "dependency", "disable-status", "distribution", "epilog", "error", "exact", "exclude", "exclusive", "export",
+    "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task",
+    "gres", "gres-flags", "help", "het-group", "hint", "immediate", "input", "job-name", "jobid",
+    "kill-on-bad-exit", "label", "licenses", "mail-type", "mail-user", "mcs-label", "mem", "mem-bind",
+    "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "msg-timeout", "multi-prog", "network", "nice", "no-allocate",
+    "no-kill", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
+    "ntasks-per-socket", "open-mode", "output", "overcommit", "overlap", "oversubscribe", "partition", "power",
+    "prefer", "preserve-env", "priority", "profile", "prolog", "propagate", "pty", "qos", "quiet",
+    "quit-on-interrupt", "reboot", "relative", "reservation", "resv-ports", "send-libs", "signal",
+    "slurmd-debug", "sockets-per-node", "spread-job", "switches", "task-epilog", "task-prolog", "test-only",
+    "thread-spec", "threads", "threads-per-core", "time", "time-min", "tmp", "uid", "unbuffered", "usage",
+    "use-min-nodes", "verbose", "version", "wait", "wckey", "x11",
+})
+# srun options launch sets on the job's step, or that would undo its wiring, with where each comes from.
+MANAGED_SRUN_OPTIONS = {
+    "kill-on-bad-exit": "launch (one failed task ends the job)", "output": "the run folder",
+    "error": "the run folder", "input": "launch (the tasks read no input)", "nodes": "nodes",
+    "ntasks": "nodes and procs_per_node", "ntasks-per-node": "nodes and procs_per_node",
+    "export": "the profile's env (all is exported)", "chdir": "the folder you submit from",
+    "unbuffered": "the submitit launcher", "jobid": "the job's own allocation", "het-group": "one job step",
+    "multi-prog": "one command on every task", "pty": "a batch job (no terminal)", "test-only": "a real run",
+    "no-allocate": "the job's own allocation", "help": "a real run", "usage": "a real run",
+    "version": "a real run"}
+_UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
+
+
+def managed_option(option: str) -> str | None:
+    """Where launch takes ``option`` from, if it manages it; sbatch also accepts unambiguous prefixes."""
+    for name, source in MANAGED_OPTIONS.items():
+        if name == option or name.startswith(option):
+            return source
+    return None
+
+
+def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tuple[str, str | None]]:
+    """``#SBATCH`` options as (name, value) pairs; value None for a bare flag."""
+    slurm = profile.slurm
+    if slurm is None:
+        raise ValueError(f"profile {profile.name} has no slurm section")
+    gpus = profile.gpus_per_node
+    if _UNSAFE_IN_DIRECTIVES & set(run_dir):
+        raise LaunchError(f"--run-dir {run_dir}: a SLURM run folder cannot hold spaces, quotes, '\\' or '%' "
+                          "(sbatch reads it from #SBATCH lines)")
+    options: list[tuple[str, str | None]] = [
+        ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
+        *([("time", str(slurm.time_min))] if slurm.time_min is not None else []),
+        ("output", f"{run_dir}/logs/slurm-%j.out")]
+    optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
+                "cpus-per-task": _times(slurm.cpus_per_task, profile.procs_per_node), "mem": slurm.mem,
+                "gpus-per-node": str(gpus) if gpus else None,
+                "constraint": slurm.constraint}
+    options += [(name, value) for name, value in optional.items() if value is not None]
+    if slurm.exclusive:
+        options.append(("exclusive", None))
+    options += [(name, value or None) for name, value in slurm.extra_sbatch.items()]
+    return options
+
+
+def directives(options: list[tuple[str, str | None]]) -> list[str]:
+    """``#SBATCH --name=value`` lines (``--name`` for a flag)."""
+    return [f"#SBATCH --{name}" + ("" if value is None else f"={value}") for name, value in options]
+
+
+def _times(per_process: int | None, processes: int) -> str | None:
+    # One task per node runs all of the node's processes, so it needs all of their CPUs.
+    return str(per_process * processes) if per_process else None
+
+
+def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str, python: str) -> str:
+    """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them.
+    ``python`` runs the node_setup lines on each node."""
+    lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
+    port = profile.rendezvous.port
+    lines.append("set -euo pipefail")
+    if profile.slurm is not None and profile.slurm.cpus_per_task:
+        # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the batch job: hand it on.
+        lines.append('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
+    lines += [
+        "# The head node (first host of the allocation) hosts the rendezvous; fail here, not in a hung rendezvous.",
+        f'hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"  # not piped into head: under pipefail its SIGPIPE could fail the job',
+        "MASTER_ADDR=\"${hosts%%$'\\n'*}\"",
+        'if [ -z "$MASTER_ADDR" ]; then echo "launch: no head node in $SLURM_JOB_NODELIST" >&2; exit 1; fi',
+        f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
+    ]
+    lines += env_exports(profile, node.env)
+    srun = ["srun", "--kill-on-bad-exit=1", f"--output={run_dir}/logs/node-%n.out",
+            *(profile.slurm.srun_args if profile.slurm is not None else ()),
+            *containers.srun_options(profile, run_dir=run_dir, workdir=node.cwd)]
+    lines.append(f"cd {shlex.quote(node.cwd)}")
+    task = ["# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
+            f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]
+    if not profile.has_shell:
+        lines += task
+    else:  # the profile's shell around the tasks: the batch shell outlives a SIGTERM, to run `after`
+        lines += [*site_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
+                  *node_setup_step(profile, python, run_dir, then=["launch_status=$?"])]
+        if profile.after:
+            lines.append("trap 'echo \"launch: SIGTERM: the tasks end, then the after lines run\" >&2' TERM")
+        lines += ['if [ "$launch_status" = 0 ]; then', *task[:-1], task[-1] + " || launch_status=$?", "fi",
+                  *site_shell.after_block(profile), 'exit "$launch_status"']
+    return "\n".join(lines) + "\n"
+
+
+def env_exports(profile: Profile, env: tuple[tuple[str, str], ...]) -> list[str]:
+    """``export`` lines for the plan's variables (``${NAME}`` expanded in the batch shell); a secret only
+    checked to be there, never written: ``submit`` hands it to sbatch through the environment."""
+    return [f': "${{{name}:?{name} must be in the environment sbatch runs in}}"' if looks_secret(name, profile.secrets)
+            else f"export {name}={shell.quote_expanding(value)}" for name, value in env]
+
+
+def node_setup_step(profile: Profile, python: str, run_dir: str, *, then: list[str]) -> list[str]:
+    """The profile's node_setup lines as a job step of one task per node, before any rank starts; ``then``
+    runs in the batch shell when a node's set-up failed. Empty without node_setup lines."""
+    argv = site_shell.node_setup_argv(profile, python, run_dir)
+    if not argv:
+        return []
+    step = ["srun", f"--nodes={profile.nodes}", f"--ntasks={profile.nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=0", *argv]
+    return ["# node_setup from the profile: once on every node, before any rank starts there", shlex.join(step)
+            + " || {", *(f"  {line}" for line in then), "}"]
+
+
+def render_array_script(profile: Profile, *, job_name: str, sweep_dir: str, scripts: list[str], spec: str) -> str:
+    """A job array (``spec``: sbatch's --array value) whose element K runs point K's own batch script in its
+    allocation, as a plain script: the resources asked for here are the same for every point."""
+    options = [(name, f"{sweep_dir}/logs/slurm-%A_%a.out" if name == "output" else value)
+               for name, value in sbatch_options(profile, job_name=job_name, run_dir=sweep_dir)]
+    lines = ["#!/bin/bash", *directives([*options, ("array", spec)])]
+    lines += ["set -euo pipefail",
+              "# Each element runs its point's own script: its run folder, arguments and rendezvous port.",
+              'case "$SLURM_ARRAY_TASK_ID" in']
+    lines += [f"  {index}) exec bash {shlex.quote(script)} ;;" for index, script in enumerate(scripts)]
+    lines += ['  *) echo "launch: this sweep has no point $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;', "esac"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,101 @@
+"""The submitit form of a SLURM plan: executor parameters, one task per process, and the call each task makes."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import ClassVar
+
+from launch.core import containers
+from launch.core import site_shell
+from launch.core.commands import PlanFile
+from launch.core.profile import Profile
+from launch.core.rendezvous import PORT_BASE, PORT_SPAN
+from launch.backends.slurm.sbatch_script import env_exports, node_setup_step
+from launch.runtime.worker import Target
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmititJob:
+    """Everything submitit is given: the folder, ``SlurmExecutor`` parameters, and what each task runs."""
+
+    backend: ClassVar[str] = "submitit"
+    folder: str
+    parameters: tuple[tuple[str, object], ...]
+    code: Target
+    env: tuple[tuple[str, str], ...]
+    workdir: str  # each task runs the code from here, as the submitting shell would
+    port: int | None
+    python: tuple[str, ...]  # what runs each task's `python -u -m submitit.core._submit` (in the image, if any)
+    env_in_script: bool = False  # the batch script exports ``env`` before the profile's setup; the tasks inherit it
+    requeue_signal: str = "USR2"
+    max_num_timeout: int = 0  # submitit's requeues after a time limit
+    files: tuple[PlanFile, ...] = ()
+
+    def derivation(self) -> tuple[tuple[str, str], ...]:
+        """How each task sets torch's variables, for people reading the plan."""
+        port = str(self.port) if self.port is not None else f"{PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}"
+        return (("RANK", "SLURM_PROCID"), ("LOCAL_RANK", "SLURM_LOCALID"), ("WORLD_SIZE", "SLURM_NTASKS"),
+                ("LOCAL_WORLD_SIZE", "SLURM_NTASKS / SLURM_JOB_NUM_NODES"), ("NODE_RANK", "SLURM_NODEID"),
+                ("MASTER_ADDR", "address of the first host in SLURM_JOB_NODELIST"), ("MASTER_PORT", port))
+
+
+PREEMPTION_TRAP = "trap 'echo \"launch: SIGTERM: the tasks checkpoint, then end or requeue the job\" >&2' TERM"
+
+
+def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | None = None,
+                        teardown: list[str] | None = None,
+                        container: list[str] | None = None) -> tuple[tuple[str, object], ...]:
+    """``submitit.SlurmExecutor.update_parameters`` arguments: one task per training process; ``setup`` and
+    ``teardown``: batch script lines before and after the tasks."""
+    slurm = profile.slurm
+    if slurm is None:
+        raise ValueError(f"profile {profile.name} has no slurm section")
+    gpus = profile.gpus_per_node
+    # submitit writes --signal=USR2@delay itself; another requeue signal is asked for here, and each task's
+    # submitit told it through SUBMITIT_PREEMPT_SIGNAL (exported by the batch script, read when it starts)
+    signal = {} if slurm.requeue_signal == "USR2" else {"signal": f"{slurm.requeue_signal}@{slurm.signal_delay_s}"}
+    preempt = [] if not signal else [f"export SUBMITIT_PREEMPT_SIGNAL={slurm.requeue_signal}"]
+    optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
+                "cpus_per_task": slurm.cpus_per_task, "gpus_per_node": gpus or None, "mem": slurm.mem,
+                "constraint": slurm.constraint, "exclusive": True if slurm.exclusive else None,
+                # submitit writes True as a bare flag ("--overcommit"); "" would be "--overcommit=''"
+                "additional_parameters": {option: value or True for option, value in slurm.extra_sbatch.items()}
+                | signal or None, "teardown": teardown or None}
+    # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout. The batch
+    # script outlives a SIGTERM (preemption sends one to every step): the tasks checkpoint and requeue the job.
+    # time None leaves --time out (the partition's default), where submitit would write its own 5 minutes.
+    return (("job_name", job_name), ("nodes", profile.nodes), ("ntasks_per_node", profile.procs_per_node),
+            ("time", slurm.time_min), ("signal_delay_s", slurm.signal_delay_s),
+            ("srun_args", ["--kill-on-bad-exit=1", *slurm.srun_args, *(container or [])]), ("setup", [PREEMPTION_TRAP, *preempt, *(setup or [])]),
+            *((key, value) for key, value in optional.items() if value is not None))
+
+
+def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target, env: tuple[tuple[str, str], ...],
+                 workdir: str, python: str, setup_python: str) -> SubmititJob:
+    """The submitit job; with the profile's shell, the batch script exports the plan's variables, runs the
+    modules, setup and node_setup before the tasks (which start where setup left the shell) and ``after`` after
+    them, also when a node's set-up failed."""
+    setup: list[str] = []
+    if profile.has_shell:
+        after = site_shell.after_block(profile)
+        setup = [f"cd {shlex.quote(workdir)}", *env_exports(profile, env), *site_shell.setup_block(profile, run_dir),
+                 "set +e", *node_setup_step(profile, setup_python, run_dir,
+                                            then=['launch_status=$?', *after, 'exit "$launch_status"'])]
+    return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
+                       parameters=executor_parameters(profile, job_name=job_name, setup=setup,
+                                                      teardown=_keeping_status(site_shell.after_block(profile)),
+                                                      container=containers.srun_options(profile, run_dir=run_dir,
+                                                                                        workdir=workdir)),
+                       code=code, env=env, workdir=workdir, port=profile.rendezvous.port,
+                       python=tuple(str(arg) for arg in containers.wrap(profile, [python], run_dir=run_dir,
+                                                                        workdir=workdir, env=env)),
+                       env_in_script=profile.has_shell,
+                       requeue_signal=profile.slurm.requeue_signal if profile.slurm is not None else "USR2",
+                       max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)
+
+
+def _keeping_status(lines: list[str]) -> list[str]:
+    """Teardown lines that leave the batch script's exit status the tasks' (srun's), as without them."""
+    return ["launch_status=$?", *lines, 'exit "$launch_status"'] if lines else []

@@ -1,0 +1,54 @@
+"""The run folder's layout, shared by the launcher (host side) and the job it starts (``launch.job``, ``launch.runtime.worker``). No torch."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+PLAN_TEXT = "plan.txt"
+RESULT = "result.json"
+METRICS = "metrics.jsonl"
+STATE = "state.json"
+LOGS = "logs"
+CHECKPOINTS = "checkpoints"
+LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
+REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)
+
+
+def rank_log_path(run_dir: str | Path, rank: int) -> Path:
+    """Where each rank's complete log lives."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.log"
+
+
+def rank_times_path(run_dir: str | Path, rank: int) -> Path:
+    """Beside each rank's log: one line "OFFSET TIME" per write, so that logs of all ranks merge in time order."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.times"
+
+
+def rank_state_path(run_dir: str | Path, rank: int | str) -> Path:
+    """Where each rank records its pid when it starts, and how it ended (finished, failed, stopped)."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.json"
+
+
+def latest_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:
+    """The last complete checkpoint's record (step, epoch, path relative to the run folder), or None."""
+    record = read_json(Path(run_dir) / CHECKPOINTS / LATEST_CHECKPOINT)
+    return record if record is not None and isinstance(record.get("path"), str) else None
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to a temporary file, then rename it over ``path``: readers never see half a file."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per writer: two never share one
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    temporary.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

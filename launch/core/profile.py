@@ -1,0 +1,150 @@
+"""Cluster profiles: frozen dataclasses, loaded strictly from YAML (see ``launch.core.profile_loader``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from launch.core.devices import default_dist_backend
+
+Kind = Literal["local", "slurm", "tpu", "ssh"]
+Device = Literal["cuda", "cpu", "xla"]
+Backend = Literal["nccl", "gloo", "auto"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendezvous:
+    """Where the workers meet: a fixed port, or None for one chosen per job (free port, job-id formula)."""
+
+    port: int | None = None
+    timeout_s: int = 300
+    address: str | None = None  # ssh profiles: the head's address as the other hosts reach it (else the first host)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmSection:
+    """The allocation asked of SLURM; field names follow sbatch's long options."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int | None = None  # None: the partition's default time limit
+    cpus_per_task: int | None = None
+    mem_gb: int | Literal["all"] | None = None  # "all": every node's whole memory (sbatch --mem=0)
+    gpus_per_node: int | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    signal_delay_s: int = 90  # submitit launcher: USR2 this long before the time limit, to checkpoint and requeue
+    max_timeouts: int = 3  # requeues after running into the time limit (preemptions do not count)
+    requeue_signal: str = "USR2"  # submitit launcher: the signal that means 'checkpoint, then requeue' (USR1, USR2)
+    job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
+    srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
+    extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
+
+    @property
+    def mem(self) -> str | None:
+        """sbatch's --mem value: a whole node's memory is 0."""
+        return None if self.mem_gb is None else "0" if self.mem_gb == "all" else f"{self.mem_gb}G"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpuSection:
+    """A Cloud TPU VM or pod slice, addressed the way ``gcloud compute tpus tpu-vm`` does."""
+
+    name: str
+    zone: str
+    accelerator_type: str
+    workers: int = 1  # hosts in the slice: 1 for a single TPU VM
+    project: str | None = None  # gcloud's configured project when None
+    runtime_version: str | None = None  # the VM image the TPU was created with (a record; not checked)
+    python: str | None = None  # the profile's python: under its old name; default python3 on every host
+    workdir: str = "launch"  # the project's folder on every host (relative: to the ssh user's home)
+    remote: bool | None = None  # through gcloud from here; None: yes for a pod slice, no for a single VM
+
+    @property
+    def via_gcloud(self) -> bool:
+        """Whether ``submit`` reaches the hosts with ``gcloud ... ssh --worker=all`` (else: this is the TPU VM)."""
+        return self.remote if self.remote is not None else self.workers > 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshSection:
+    """Machines without a scheduler, reached with the OpenSSH client: one node per host, in rank order."""
+
+    hosts: tuple[str, ...] = ()  # [user@]host[:port], as ssh and ~/.ssh/config know them; node 0 is the head
+    hostfile: str | None = None  # instead of hosts: a file of them, one per line (relative to the profile's folder)
+    identity_file: str | None = None  # ssh -i
+    jump_host: str | None = None  # ssh -J (ProxyJump)
+    options: dict[str, str] = field(default_factory=dict)  # ssh -o KEY=VALUE, for every host
+    python: str | None = None  # the profile's python: under its old name; default python3 on every host
+    workdir: str | None = None  # the project folder on every host; None: the same path as the submitting folder
+    runs_dir: str = "runs"  # run folders on every host live here (relative: to workdir)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerSection:
+    """The image every process runs in, and the runtime that starts it (launch.core.containers)."""
+
+    image: str  # pyxis: a registry image or .sqsh file; apptainer/singularity: a .sif or docker://...; podman: a name
+    runtime: Literal["pyxis", "apptainer", "singularity", "podman"]
+    mounts: tuple[str, ...] = ()  # "src:dst" or "src:dst:ro"; the run folder and the submitting folder are added
+    workdir: str | None = None  # where the processes start inside; None: the submitting folder's own path
+    options: tuple[str, ...] = ()  # more options for the runtime (srun with pyxis), one word each
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """One cluster profile after ``extends:`` is resolved; ``source`` is the file it came from."""
+
+    name: str
+    description: str = ""
+    kind: Kind
+    nodes: int = 1
+    procs_per_node: int = 1
+    device: Device = "cpu"
+    backend: Backend = "auto"
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # more variable names to treat as secrets (masked everywhere, never on disk)
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    network_interface: str | None = None
+    python: str | None = None  # the interpreter on the nodes: a path, or a name found on PATH after modules and
+    # setup; None: this machine's own (local, SLURM) or python3 (ssh, TPU hosts)
+    modules: tuple[str, ...] = ()  # environment modules loaded before setup (module load ...)
+    module_purge: bool = False  # module purge before loading them
+    setup: tuple[str, ...] = ()  # shell lines, in the shell that starts the processes, before they start
+    node_setup: tuple[str, ...] = ()  # shell lines once on every node before any rank starts there
+    after: tuple[str, ...] = ()  # shell lines once after the processes end, whatever the outcome
+    container: ContainerSection | None = None  # the image the processes run in
+    accelerate_config: str | None = None  # the user's own accelerate config file (relative: to this file)
+    slurm: SlurmSection | None = None
+    tpu: TpuSection | None = None
+    ssh: SshSection | None = None
+    source: str = field(default="", metadata={"yaml": False})
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def gpus_per_node(self) -> int | None:
+        """GPUs to ask of SLURM per node: the profile's number, else one per process on cuda."""
+        asked = self.slurm.gpus_per_node if self.slurm is not None else None
+        return asked if asked is not None else (self.procs_per_node if self.device == "cuda" else None)
+
+    @property
+    def has_shell(self) -> bool:
+        """Whether the user's shell surrounds the job (modules, setup, node_setup or after)."""
+        return bool(self.modules or self.module_purge or self.setup or self.node_setup or self.after)
+
+    def node_python(self, default: str) -> str:
+        """The interpreter the nodes run: the profile's, its ssh or tpu section's (the old spelling), or
+        ``default``."""
+        section = self.ssh or self.tpu
+        if self.container is not None:  # in the image: the profile's, else the image's python3
+            return self.python or "python3"
+        return self.python or (section.python if section is not None else None) or default
+
+    @property
+    def dist_backend(self) -> str:
+        """The torch.distributed backend: the profile's choice, or the usual one for its device."""
+        return self.backend if self.backend != "auto" else default_dist_backend(self.device)

@@ -1,0 +1,3 @@
+"""How a node starts its processes: torchrun, ``accelerate launch`` (and its config file), and the strategies
+that pair a launcher with a bundled example. Pure: argv and file texts; imports ``launch.core`` only.
+"""

@@ -1,0 +1,35 @@
+"""``accelerate launch --config_file <generated config>`` starts the process command on every node."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from launch.launchers.accelerate_config import UserConfig, launch_env, render_config
+from launch.core.profile import Profile
+from launch.core.shell import Arg
+from launch.launchers.context import NodeContext, Runner
+
+CONFIG_NAME = "accelerate_config.yaml"
+
+
+def config_path(run_dir: str) -> str:
+    return str(PurePath(run_dir, CONFIG_NAME))
+
+
+def node_argv(profile: Profile, python: str, node: NodeContext, process: list[str], run_dir: str) -> list[Arg]:
+    argv: list[Arg] = [python, "-m", "accelerate.commands.launch", "--config_file", config_path(run_dir)]
+    if profile.nodes > 1 and node.master_addr is not None and node.master_port is not None:
+        # Per node, from the job: never the config's machine_rank 0 on every node.
+        argv += ["--machine_rank", node.node_rank, "--main_process_ip", node.master_addr,
+                 "--main_process_port", node.master_port]
+    if node.max_restarts:
+        argv += ["--max_restarts", str(node.max_restarts)]
+    return [*argv, *process]
+
+
+def files(profile: Profile, run_dir: str, user: UserConfig | None = None) -> tuple[tuple[str, str], ...]:
+    """The config ``accelerate launch`` reads: generated from the profile, or the user's own with launch's keys."""
+    return ((config_path(run_dir), render_config(profile, user=user)),)
+
+
+RUNNER = Runner(name="accelerate", node_argv=node_argv, extra_env=launch_env, files=files, takes_config=True)

@@ -1,0 +1,3 @@
+"""Run folders on this machine: claiming and preparing them, reading what the job wrote there (state, rank
+records, logs, results), failure messages, and ``launch report``. Imports ``launch.core`` only.
+"""

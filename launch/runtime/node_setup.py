@@ -1,0 +1,95 @@
+"""``python -m launch.runtime.node_setup --run-dir RUN -- LINE ...``: a profile's ``node_setup`` lines, once on one node
+before any rank starts there (in the job; no torch).
+
+The lines run in bash, stopping at the first that fails; their output goes to ``RUN/logs/node-setup-HOST.log``
+and through to this process's own. A failure is said in one line (host, exit status, the output's last lines),
+recorded in ``RUN/logs/node-setup-HOST.json`` for the job's failure report, and ends this process with the
+lines' exit status, so that the job stops before training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launch.core.layout import LOGS, write_json_atomic
+
+PREFIX = "node-setup-"
+_MODULE_STATE = ("__MODULES_", "_ModuleTable", "__LMOD_REF_COUNT")  # environment-modules' and Lmod's own records
+TAIL_LINES = 5
+
+
+def log_path(run_dir: str | Path, host: str) -> Path:
+    return Path(run_dir) / LOGS / f"{PREFIX}{host}.log"
+
+
+def failures(run_dir: str | Path) -> list[dict[str, object]]:
+    """The nodes whose set-up failed, as recorded (host, exit_code, tail), by host."""
+    from launch.core.layout import read_json
+
+    found = [read_json(path) for path in sorted((Path(run_dir) / LOGS).glob(f"{PREFIX}*.json"))]
+    return [note for note in found if note is not None]
+
+
+def module_problems(names: list[str], init: str, timeout_s: float = 60) -> dict[str, str]:
+    """Which of the environment modules ``names`` do not load on this node (``init`` defines ``module`` where
+    the shell lacks it), each with its module system's last word; each tried in a shell of its own."""
+    problems = {}
+    fresh = {name: value for name, value in os.environ.items()  # as if none were loaded: a module loaded by the
+             if name not in ("LOADEDMODULES", "_LMFILES_") and not name.startswith(_MODULE_STATE)}  # setup would pass
+    for name in names:
+        try:
+            done = subprocess.run(["bash", "-c", f"{init}\nmodule load {shlex.quote(name)}"], capture_output=True,
+                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=fresh, check=False)
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            errors = [line for line in lines if "error" in line.lower()]  # the module system's reason, not its
+            said = (errors[:1] or lines[-1:] or [f"exit status {done.returncode}"])[0]  # sign-off ("Please ...")
+            failed = done.returncode != 0
+        except subprocess.TimeoutExpired:
+            said, failed = f"no answer within {timeout_s:.0f} s", True
+        if failed:
+            problems[name] = said
+    return problems
+
+
+def run(run_dir: str, lines: list[str]) -> int:
+    host = socket.gethostname()
+    log = log_path(run_dir, host)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.with_suffix(".json").unlink(missing_ok=True)  # an earlier attempt's failure, in a continued run
+    with open(log, "wb") as out:
+        process = subprocess.Popen(["bash", "-c", "set -e\n" + "\n".join(lines) + "\n"], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert process.stdout is not None  # noqa: S101 - stdout=PIPE above
+        for chunk in iter(lambda: process.stdout.readline(), b""):  # type: ignore[union-attr]
+            out.write(chunk)
+            sys.stdout.buffer.write(chunk)
+        status = process.wait()
+    sys.stdout.flush()
+    if status == 0:
+        return 0
+    status = 128 - status if status < 0 else status
+    tail = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+    write_json_atomic(log.with_suffix(".json"), {"host": host, "exit_code": status, "tail": tail,
+                                                 "time": time.time()})
+    print(f"launch: node_setup failed on {host} (exit status {status})" +
+          (f"; its last lines: {' | '.join(tail)}" if tail else ""), file=sys.stderr, flush=True)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launch.runtime.node_setup")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("lines", nargs="+", help="the profile's node_setup lines, after --")
+    given = parser.parse_args(argv)
+    return run(given.run_dir, given.lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
