@@ -1,38 +1,22 @@
-"""``python -m launch``: argparse in, typed calls out. User mistakes end as one line and exit status 2."""
+"""``python -m launch``: argparse in, a ``runner.Request`` out, what comes back printed. User mistakes end as one
+line and exit status 2; choosing, planning, preparing and running happen in ``launch.runner``."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, NoReturn
+from typing import NoReturn
 
 import yaml
 
-from launch.runs import run_folder
-from launch.core.code_checks import check_code, check_example_args
-from launch.launchers.accelerate_config import UserConfig
-from launch.errors import ConfigError, LaunchError, SubmitError, WorkerFailure
-from launch.core import snapshot
-from launch.core.plan import LAUNCHERS, LaunchPlan, backend_for, build_plan
-from launch.core.profile import Profile
+from launch import runner
+from launch.core.plan import LAUNCHERS
 from launch.core.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
-from launch.core.plan_text import render_text
-from launch.core.snapshot import Snapshot
-from launch.launchers.strategies import STRATEGIES, Strategy, get_strategy
-from launch.runtime.worker import Target
-
-if TYPE_CHECKING:
-    from launch.backends import Backend
-    from launch.sweeps.sweep_plan import SweepPlan
-
-RUN_TIME_PLACEHOLDER = "YYYYmmdd-HHMMSS"
-RUNS = "runs"  # where new run folders go, in the submitting folder
+from launch.errors import LaunchError
+from launch.launchers.strategies import STRATEGIES
+from launch.runner import RUNS, write_new
+from launch.runs import manage
 
 
 class _Parser(argparse.ArgumentParser):
@@ -175,276 +159,52 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-@dataclass(frozen=True)
-class _Chosen:
-    """What render, submit, check and sweep share: the profile, strategy and code, the backend they pick, and
-    the snapshot of the code the job will run (where the backend takes one)."""
-
-    profile: Profile
-    strategy: Strategy
-    code: Target | None  # None: the strategy's bundled example
-    backend: Backend
-    snapshot: Snapshot | None
-
-
-def _choose(args: argparse.Namespace, example_args: Sequence[tuple[str, tuple[str, ...]]]) -> _Chosen:
-    """Every refusal about the code, before anything is made: the bundled example's parser on each of
-    ``example_args`` (a label for the error, the arguments), or the user's script or module found; then the
-    snapshot taken."""
-    from launch import backends
-
-    profile = load_profile(args.profile)
-    strategy = get_strategy(args.strategy)
-    code = None if args.script is None and args.module is None else Target(script=args.script, module=args.module)
-    _check_run_dir(args.run_dir)
-    backend = backends.get(backend_for(profile, args.launcher))
-    if code is None:
-        for label, given in example_args:
-            try:
-                check_example_args(strategy, given)
-            except LaunchError as error:
-                raise LaunchError(f"{label}{error}") from None
-    elif not backend.own_hosts:
-        check_code(code, python=sys.executable, workdir=str(Path.cwd()))
-    taken = None
-    if code is not None and backend.snapshots and not args.no_snapshot:
-        excluded = (RUNS, *((args.run_dir,) if args.run_dir is not None else ()))  # run folders are not code
-        taken = snapshot.take(code.script, code.module, str(Path.cwd()), excluded=excluded)
-    return _Chosen(profile=profile, strategy=strategy, code=code, backend=backend, snapshot=taken)
-
-
-def _check_run_dir(given: str | None) -> None:
-    if given is None:
-        return
-    if not given or any(ord(ch) < 32 or ch == "\x7f" for ch in given):
-        raise LaunchError(f"--run-dir {given!r}: must be a non-empty path without control characters")
-    if Path(given).exists() and not Path(given).is_dir():
-        raise LaunchError(f"--run-dir {given}: is a file", "give a folder that does not exist yet")
-
-
-def _plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> LaunchPlan:
-    """The plan of ``render`` and ``submit``; every refusal comes before a run folder is made."""
-    if for_submit and args.resume and args.run_dir is None:
-        raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
-    chosen = _choose(args, [("", tuple(code_args))])
-    profile, strategy = chosen.profile, chosen.strategy
-    code = None if chosen.code is None else replace(chosen.code, args=tuple(code_args))
-    user_config = _user_accelerate_config(args, profile)
-
-    def plan_in(run_dir: Path) -> LaunchPlan:
-        return build_plan(profile, strategy.name, code, args=tuple(code_args), run_dir=str(run_dir.absolute()),
-                          python=sys.executable, workdir=str(Path.cwd()), launcher=args.launcher,
-                          max_restarts=args.max_restarts, snapshot=chosen.snapshot, expand_args=args.expand_args,
-                          accelerate_config=user_config)
-
-    placeholder = plan_in(Path(args.run_dir) if args.run_dir is not None else
-                          Path(RUNS) / f"{profile.name}-{_run_name(strategy.name, code)}-{RUN_TIME_PLACEHOLDER}")
-    if args.run_dir is not None or not for_submit:
-        return placeholder  # render stays repeatable: the time is filled in when the job is submitted
-    return plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, _run_name(strategy.name, code), datetime.now()))
-
-
-def _user_accelerate_config(args: argparse.Namespace, profile: Profile) -> UserConfig | None:
-    """The user's accelerate config (--accelerate-config, else the profile's accelerate_config), read here."""
-    given = args.accelerate_config or profile.accelerate_config
-    if given is None:
-        return None
-    where = "--accelerate-config" if args.accelerate_config else f"{profile.source}: accelerate_config"
-    try:
-        return UserConfig(path=str(Path(given).absolute()), text=Path(given).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{where} {given}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
-
-
-def _run_name(strategy: str, code: Target | None) -> str:
-    """What a new run folder is named after: the strategy for its example, else the script or module."""
-    if code is None:
-        return strategy
-    name = Path(code.script).stem if code.script else str(code.module)
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or strategy
-
-
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
     if args.grid or args.grid_file:
         from launch.sweeps.runner import render_sweep
 
-        print(render_sweep(_sweep_plan(args, train_argv, for_submit=False)), end="")
+        print(render_sweep(runner.sweep_plan(_request(args, train_argv), _grid(args), max_parallel=args.max_parallel,
+                                             for_submit=False)), end="")
         return 0
     if args.max_parallel is not None:
         raise LaunchError("--max-parallel: applies to a sweep", "give --grid KEY=V1,V2 too")
-    print(render_text(_plan(args, train_argv, for_submit=False)), end="")
+    from launch.core.plan_text import render_text
+
+    print(render_text(runner.plan(_request(args, train_argv), for_submit=False)), end="")
     return 0
 
 
-def _sweep_plan(args: argparse.Namespace, code_args: list[str], *, for_submit: bool) -> SweepPlan:
-    """The plan of ``sweep`` (and ``render --grid``); every refusal comes before anything is made."""
-    from launch.sweeps import sweep_plan as sweep
+def _request(args: argparse.Namespace, code_args: list[str]) -> runner.Request:
+    return runner.Request(profile=args.profile, strategy=args.strategy, script=args.script, module=args.module,
+                          args=tuple(code_args), run_dir=args.run_dir, launcher=args.launcher,
+                          max_restarts=args.max_restarts, expand_args=args.expand_args,
+                          accelerate_config=args.accelerate_config, snapshot=not args.no_snapshot,
+                          resume=getattr(args, "resume", False), detach=getattr(args, "detach", False))
+
+
+def _grid(args: argparse.Namespace) -> object:
     from launch.sweeps.grid import parse_grid
 
-    grid = parse_grid(args.grid or [], args.grid_file or [])
-    if args.max_parallel is not None and args.max_parallel < 1:
-        raise LaunchError(f"--max-parallel {args.max_parallel}: must be 1 or more")
-    if args.max_restarts:
-        raise LaunchError("--max-restarts: not for a sweep", "each point continues from its checkpoint on `sweep retry`")
-    chosen = _choose(args, [(f"--grid: point {point.index} ({point.describe()}): ", (*code_args, *point.args()))
-                            for point in grid.points()])
-    profile = chosen.profile
-    parallel = args.max_parallel
-    if not hasattr(chosen.backend, "submit_array"):  # here: one at a time unless asked, never past the cores
-        parallel = sweep.local_parallelism(parallel or 1, profile, own_hosts=chosen.backend.own_hosts)
-        if for_submit and args.max_parallel and parallel < args.max_parallel:
-            print(f"--max-parallel {args.max_parallel}: {parallel} at a time here ({sweep.why_fewer(profile)})")
-    name = f"{_run_name(chosen.strategy.name, chosen.code)}-sweep"
-    folder = Path(args.run_dir) if args.run_dir is not None else \
-        run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()) if for_submit else \
-        Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
-    return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=tuple(code_args), grid=grid,
-                             folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
-                             launcher=args.launcher, max_parallel=parallel, snapshot=chosen.snapshot,
-                             expand_args=args.expand_args, accelerate_config=_user_accelerate_config(args, profile))
-
-
-def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
-    from launch.sweeps import runner as sweep_runner
-
-    _check_run_dir(args.run_dir)
-    if args.run_dir is not None and Path(args.run_dir).is_dir() and any(Path(args.run_dir).iterdir()):
-        raise LaunchError(f"--run-dir {args.run_dir}: already holds something; a sweep starts in a new folder",
-                          f"to run its failed points again: python -m launch sweep retry {args.run_dir} --failed")
-    plan = _sweep_plan(args, code_args, for_submit=True)
-    if args.detach and plan.array is None:  # no job array: the points run from here
-        shutil.rmtree(plan.folder, ignore_errors=True)
-        raise LaunchError("sweep --detach: a sweep here runs in the foreground, its points one after another",
-                          "run it in the background yourself (nohup, tmux), or on a SLURM profile")
-    try:
-        _preflight_sweep(plan)
-        return sweep_runner.submit_sweep(plan, detach=args.detach)
-    except SubmitError:
-        if not sweep_runner.sweep.read_record(Path(plan.folder)).get("submissions"):
-            shutil.rmtree(plan.folder, ignore_errors=True)  # nothing was queued: nothing to keep
-        raise
-
-
-def _preflight_sweep(plan: SweepPlan) -> None:
-    from launch import backends
-
-    first = plan.plans[0]
-    backend = backends.get(first.job.backend)
-    _check_secrets(first.profile, backend)
-    backend.preflight(first)
-
-
-def _check_secrets(profile: Profile, backend: Backend) -> None:
-    """The profile's secrets are in this environment, where the job takes them from (not on its own hosts)."""
-    missing = [name for name in profile.secrets if name not in os.environ]
-    if missing and backend.forwards_secrets:
-        raise SubmitError(f"{profile.source}: secrets: {', '.join(missing)} not set in this environment",
-                          "export it before submitting; launch passes secrets only through the environment")
-
-
-def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.sweeps import sweep_plan as sweep
-    from launch.sweeps import runner as sweep_runner
-
-    folder = Path(args.sweep)
-    if not sweep.is_sweep(folder):
-        raise LaunchError(f"{folder}: not a sweep folder (no {sweep.RECORD})", "give the folder `sweep` printed")
-    recorded = sweep.read_record(folder)
-    if not isinstance(recorded.get("inputs"), dict) or "folder" not in recorded["inputs"]:
-        raise LaunchError(f"{folder / sweep.RECORD}: not a sweep record launch wrote (or a damaged one)")
-    given = recorded["inputs"]
-    try:
-        os.chdir(given["workdir"])  # as the sweep was submitted: its profile path and code are found from there
-    except OSError as error:
-        raise LaunchError(f"sweep retry {folder}: the folder it was submitted from, {given['workdir']}, is gone "
-                          f"({error.strerror})") from None
-    plan = sweep.rebuild(given, load_profile(given["profile"]))
-    _preflight_sweep(plan)
-    return sweep_runner.retry(plan, detach=args.detach)
+    return parse_grid(args.grid or [], args.grid_file or [])
 
 
 def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
-    from launch import backends
-
-    if args.check:
-        _plan(args, code_args, for_submit=False)  # the job's own refusals come before the check
-        _run_check(args, code_args, run_dir=None)
-    plan = _plan(args, code_args, for_submit=True)
-    backend = backends.get(plan.job.backend)
-    run_dir = Path(plan.run_dir)
-    created = args.run_dir is None or not run_dir.exists()  # claimed just now, or to be made now
-    on_hosts = backend.own_hosts  # its checkpoints are on the hosts, not here
-    try:
-        checkpoint = _prepare(plan, backend, resume=args.resume and not on_hosts)
-    except LaunchError:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran in it
-        raise
-    if on_hosts and (checkpoint is not None or args.resume):
-        print(f"continuing the run in {run_dir}: the TPU hosts continue from its last checkpoint there, if any")
-    elif checkpoint is not None:
-        print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
-                                                     if checkpoint else "from the start (it has no checkpoint)"))
-    try:
-        return backend.execute(plan, detach=args.detach)
-    except SubmitError:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # made just now for a job that never existed
-        raise
+    return runner.submit(_request(args, code_args), check_first=args.check)
 
 
 def _check(args: argparse.Namespace, code_args: list[str]) -> int:
-    _plan(args, code_args, for_submit=False)  # what `submit` would refuse, `check` refuses first
-    _run_check(args, code_args, run_dir=args.run_dir)
+    request = _request(args, code_args)
+    runner.plan(request, for_submit=False)  # what `submit` would refuse, `check` refuses first
+    runner.check(request, run_dir=args.run_dir)
     return 0
 
 
-def _run_check(args: argparse.Namespace, code_args: list[str], *, run_dir: str | None) -> None:
-    """The probe plan run in its own run folder (with the snapshot the job would run, where it takes one); the
-    table printed, a failure raised as its verdict line."""
-    from launch import backends
-    from launch.diagnostics import check
-
-    chosen = _choose(args, ())
-    profile = chosen.profile
-    code = chosen.code or Target(module=chosen.strategy.example.module)
-    folder = Path(run_dir) if run_dir is not None else \
-        run_folder.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
-    plan = build_plan(profile, args.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
-                      workdir=str(Path.cwd()), launcher=args.launcher, check=True, snapshot=chosen.snapshot,
-                      expand_args=args.expand_args, accelerate_config=_user_accelerate_config(args, profile))
-    backend = backends.get(plan.job.backend)
-    try:
-        _prepare(plan, backend, resume=False)
-    except LaunchError:
-        if run_dir is None:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
-    how = f", {plan.job.backend}" if profile.kind == "slurm" else ""
-    print(f"checking {profile.name} ({profile.nodes} node(s) x {profile.procs_per_node} processes{how}); "
-          f"run folder: {folder}", flush=True)
-    try:
-        verdict, seconds = check.run_check(plan)
-    except SubmitError:
-        if run_dir is None:
-            shutil.rmtree(folder, ignore_errors=True)  # the check never started
-        raise
-    print(check.table(verdict))
-    if not verdict.passed:
-        raise WorkerFailure(check.verdict_line(verdict, seconds), exit_status=1)
-    print(check.verdict_line(verdict, seconds), flush=True)
+def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
+    return runner.sweep(_request(args, code_args), _grid(args), max_parallel=args.max_parallel)
 
 
-def _prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, object] | None:
-    """Everything checked before a job starts, then the run folder; the checkpoint a resubmission continues."""
-    from launch import backends
-
-    _check_secrets(plan.profile, backend)
-    run_dir = Path(plan.run_dir)
-    if (run_dir / run_folder.STATE).is_file() and backends.is_active(backends.status(run_dir)):
-        raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
-    backend.preflight(plan)
-    return run_folder.prepare_run_dir(plan, render_text(plan), resume=resume)
+def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
+    return runner.sweep_retry(Path(args.sweep), detach=args.detach)
 
 
 def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
@@ -462,7 +222,7 @@ def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
             print(f"# Accelerate 1.x needs more than this file; run: {command}", file=sys.stderr)
         return 0
     output = Path(args.output)
-    _write_new(output, lambda sink: sink.write(text.encode()))
+    write_new(output, lambda sink: sink.write(text.encode()))
     print(f"wrote {output}")
     command = working_command(profile, config_file=str(output))
     if command:
@@ -481,7 +241,7 @@ def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
     output = Path(args.output or f"{script.stem}.yaml")
     converted = from_sbatch.convert(text, name=output.stem)
     profile_text = from_sbatch.profile_text(converted, source=str(script))
-    _write_new(output, lambda sink: sink.write(profile_text.encode()))
+    write_new(output, lambda sink: sink.write(profile_text.encode()))
     load_profile(str(output))  # what it wrote loads: anything else is launch's mistake, said here
     print(f"wrote {output}\nrun the same job with:\n  {from_sbatch.command_line(converted, output)}")
     if converted.not_carried:
@@ -491,123 +251,32 @@ def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
-def _write_new(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """A file made here, never over one that exists (created exclusively: no race with another writer); a
-    write that fails leaves nothing behind."""
-    try:
-        with open(path, "xb") as sink:
-            try:
-                write(sink)
-            except BaseException:
-                path.unlink(missing_ok=True)
-                raise
-    except FileExistsError:
-        raise LaunchError(f"--output {path}: already exists; launch does not overwrite it",
-                          "remove it first or choose another path") from None
-    except OSError as error:
-        raise LaunchError(f"--output {path}: cannot write ({error.strerror})") from None
-
-
-def _run_dir(given: str) -> Path:
-    """A run folder, its name under runs/, or the SLURM job id of a run under runs/."""
-    for candidate in (Path(given), Path(RUNS) / given):
-        if (candidate / run_folder.PLAN_TEXT).is_file():
-            return candidate
-    if given.isdigit():
-        for state_file in sorted(Path(RUNS).glob(f"*/{run_folder.STATE}")):
-            if str((run_folder.read_json(state_file) or {}).get("job_id")) == given:
-                return state_file.parent
-    raise LaunchError(f"{given}: not a run folder (no {run_folder.PLAN_TEXT}) nor the job id of a run under runs/",
-                      "give the folder or job id `submit` printed")
-
-
 def _status(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends
-    from launch.sweeps import sweep_plan as sweep
-
-    run_dir = _run_dir(args.run)
-    if sweep.is_sweep(run_dir):
-        from launch.sweeps.runner import status_table
-
-        print(status_table(run_dir))
-        return 0
-    state = backends.status(run_dir)
-    code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
-    print(f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else ""))
-    if state.get("status") == "failed" and run_folder.first_failure(run_dir) is not None:
-        print("\n".join([*run_folder.failure_details(run_dir), run_folder.failure_message(run_dir, int(state.get("exit_code") or 1))]))
-    if (run_dir / run_folder.RESULT).is_file():
-        print(run_folder.result_summary(run_dir))
+    print(manage.status_text(manage.find_run(args.run, Path(RUNS))))
     return 0
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends
-    from launch.sweeps import sweep_plan as sweep
+    manage.print_logs(manage.find_run(args.run, Path(RUNS)), rank=None if args.all else args.rank, follow=args.follow)
+    return 0
 
-    run_dir = _run_dir(args.run)
-    if sweep.is_sweep(run_dir):
-        first = next(iter(sweep.point_folders(run_dir)), (0, "", run_dir))[2]
-        raise LaunchError(f"logs {run_dir}: a sweep; its logs are its points'", f"give a point's folder, e.g. {first}")
-    backends.logs(run_dir, rank=None if args.all else args.rank, follow=args.follow)
+
+def _cancel(args: argparse.Namespace, _: list[str]) -> int:
+    print(manage.cancel(manage.find_run(args.run, Path(RUNS))))
     return 0
 
 
 def _report(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.runs import report
-    from launch.sweeps import sweep_plan as sweep
-    from launch.core.layout import METRICS
-
     output = Path(args.output)
-    if output.suffix.lower() != ".png":
-        raise LaunchError(f"--output {output}: must end in .png")
-    curves = []
-    for given in args.runs:
-        folder = _folder_with_metrics(given)
-        if sweep.is_sweep(folder):  # every point that logged something, best first
-            found = [report.read_run(run_dir, name=f"p{index} {values}")
-                     for index, values, run_dir in sweep.point_folders(folder) if (run_dir / METRICS).is_file()]
-            curves += report.ranked(found)
-        else:
-            curves.append(report.read_run(folder))
-    _write_new(output, lambda sink: report.plot(curves, sink))
-    print(report.summary_table(curves))
+    print(manage.report(args.runs, Path(RUNS), output, write_new))
     print(f"wrote {output}")
     return 0
-
-
-def _folder_with_metrics(given: str) -> Path:
-    """A run folder as `_run_dir` finds one, or any folder an entrypoint wrote into (`--run-dir`)."""
-    try:
-        return _run_dir(given)
-    except LaunchError:
-        if Path(given).is_dir():
-            return Path(given)
-        raise
 
 
 def _doctor(args: argparse.Namespace, _: list[str]) -> int:
     from launch.diagnostics import doctor
 
     print(doctor.report(), end="")
-    return 0
-
-
-def _cancel(args: argparse.Namespace, _: list[str]) -> int:
-    from launch import backends
-    from launch.sweeps import sweep_plan as sweep
-
-    run_dir = _run_dir(args.run)
-    if sweep.is_sweep(run_dir):
-        from launch.sweeps.runner import cancel_sweep
-
-        if not cancel_sweep(run_dir):
-            raise LaunchError(f"{run_dir}: no point of this sweep is running, nothing to cancel")
-        print(f"{run_dir}: cancel requested for every running point")
-        return 0
-    if not backends.cancel(run_dir):
-        raise LaunchError(f"{run_dir}: not running, nothing to cancel")
-    print(f"{run_dir}: cancel requested")
     return 0
 
 

@@ -13,18 +13,19 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launch.runs import run_folder
 from launch.runtime import worker
 from launch.errors import LaunchError, did_you_mean
-from launch.core.plan import LaunchPlan, build_plan
-from launch.core.profile_loader import load_profile
-from launch.core.plan_text import render_text
+from launch import runner
+from launch.core.plan import LaunchPlan
 from launch.core.shell import with_env
 from launch.runtime.worker import Target
+
+if TYPE_CHECKING:
+    from launch.backends import Backend
 
 TRAIN_ARGUMENTS = ("epochs", "max_steps", "batch_size", "lr", "dataset", "data_dir", "seed", "log_every",
                    "checkpoint_every")  # the bundled examples' own, by their Python names
@@ -53,8 +54,9 @@ def run(code: Callable[..., Any] | str, profile: str | None = None, *, args: tup
 
     argv = tuple(item for key, value in train_args.items() for item in ("--" + key.replace("_", "-"), str(value)))
     check_example_args(get_strategy(strategy), argv)
-    plan = _plan(code, strategy, None, argv, run_dir)
-    _launch(plan, _run_module, (str(plan.code.module), plan.code.args))
+    planned = _plan(code, strategy, None, argv, run_dir)
+    plan = planned[0]
+    _launch(planned, _run_module, (str(plan.code.module), plan.code.args))
     result = run_folder.read_json(Path(plan.run_dir) / run_folder.RESULT)
     if result is None:
         raise LaunchError(f"the run wrote no {run_folder.RESULT}; rank logs: {Path(plan.run_dir) / run_folder.LOGS}")
@@ -67,28 +69,16 @@ def _function_target(function: Callable[..., Any]) -> Target:
 
 
 def _plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str, ...],
-          run_dir: str | None) -> LaunchPlan:
-    profile = load_profile(profile_name)
-    if profile.kind != "local":
-        raise LaunchError(f"notebook.run: profile {profile.name} is kind {profile.kind}; a notebook runs local "
-                          "profiles (use `python -m launch submit` for the others)")
-    if profile.has_shell or profile.container is not None:
-        raise LaunchError(f"notebook.run: profile {profile.name} runs a shell around its job (modules, setup, "
-                          "node_setup, after) or a container, which the notebook's forked processes cannot",
-                          "use `python -m launch submit --script ...` for it")
+          run_dir: str | None) -> tuple[LaunchPlan, Backend]:
     name = strategy if code is None else (code.function or "function").split(":")[-1]
-    directory = Path(run_dir) if run_dir else run_folder.claim_run_dir(Path("runs"), profile.name, name, datetime.now())
-    return build_plan(profile, strategy, code, args=argv, run_dir=str(directory.absolute()),
-                      python="python", workdir=str(Path.cwd()))
+    return runner.notebook_plan(profile_name, strategy, code, argv, run_dir, name)
 
 
-def _launch(plan: LaunchPlan, function: Callable[..., None], arguments: tuple[Any, ...]) -> None:
+def _launch(planned: tuple[LaunchPlan, Backend], function: Callable[..., None], arguments: tuple[Any, ...]) -> None:
     from accelerate import notebook_launcher
 
-    from launch.backends.local import backend as local
-
-    local.preflight(plan.profile)
-    run_folder.prepare_run_dir(plan, render_text(plan))
+    plan, backend = planned
+    runner.prepare(plan, backend, resume=False)
     with _environment(dict(plan.env)):
         notebook_launcher(function, args=arguments, num_processes=plan.profile.procs_per_node,
                           master_addr="127.0.0.1", use_port=str(_free_port()))

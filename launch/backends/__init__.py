@@ -1,7 +1,11 @@
-"""Backends: where and how a plan runs. The only code that starts processes or talks to a scheduler.
+"""Backends: where and how a plan runs. The only code that starts processes or talks to a scheduler, and the
+one place that decides by backend.
 
-Each backend implements ``Backend`` and is one line of ``BACKENDS`` (imported when first used, so that
-``render`` never pays for another backend's imports). A plan's job names its backend; a run folder's
+Each backend is a folder (``local/``, ``slurm/``, ``ssh/``, ``gcloud/``) whose object implements ``Backend``:
+it builds its own job from the plan's inputs, renders, checks, runs and follows it, and says what it can do
+(arrays, secrets forwarded from here, workers restarted, notebooks, how accelerate learns a node's rank). It is
+one line of ``BACKENDS`` (imported when first used, so that ``render`` never pays for another backend's
+imports), and ``name_for`` says which profile kind it serves. A plan's job names its backend; a run folder's
 state.json records it, and ``status``, ``logs`` and ``cancel`` dispatch on that record.
 """
 
@@ -15,14 +19,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
-    from launch.core.plan import LaunchPlan
+    from launch.core.plan import LaunchPlan, PlanInputs
+    from launch.core.profile import Profile
+    from launch.diagnostics.doctor import Machine
+    from launch.launchers.accelerate_config import NodeWiring
+    from launch.sweeps.sweep_plan import ArrayJob, SweepPlan
 
 State = dict[str, Any]
 
 BACKENDS: dict[str, str] = {  # name -> "module:object"
     "local": "launch.backends.local.backend:BACKEND",
-    "submitit": "launch.backends.slurm.backend:SUBMITIT",
-    "sbatch": "launch.backends.slurm.backend:SBATCH",
+    "submitit": "launch.backends.slurm.through_submitit:BACKEND",
+    "sbatch": "launch.backends.slurm.through_sbatch:BACKEND",
     "gcloud": "launch.backends.gcloud.backend:BACKEND",
     "ssh": "launch.backends.ssh.backend:BACKEND",
 }
@@ -42,6 +50,29 @@ class Backend(Protocol):
     # The job takes the profile's secrets from this environment (inherited, or sent over a connection), so they
     # must be set here; else each host has its own.
     forwards_secrets: bool
+    restarts_workers: bool  # torchrun may restart a failed node's workers in place (--max-restarts)
+    continue_hint: str  # where it does not: how a job of this backend continues instead
+    runs_notebooks: bool  # notebook.run can start its processes (forked from the notebook, on this machine)
+    runs_arrays: bool  # a sweep's points go to the scheduler as one job array (else the sweep runs them itself)
+    accelerate_wiring: NodeWiring | None  # how each node's `accelerate launch` learns its rank and the head
+
+    def doctor_needs(self, machine: Machine) -> list[str]:
+        """What this machine lacks to submit to this backend, beyond what every backend needs (``launch doctor``)."""
+
+    def build(self, inputs: PlanInputs) -> LaunchPlan:
+        """The plan with this backend's job (pure)."""
+
+    def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
+        """Where the job's processes find the run folder: ``run_dir`` here, or its folder on the hosts."""
+
+    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob | None:
+        """A sweep's points as one job array (its files), where the backend runs arrays; else None."""
+
+    def render_array(self, sweep: SweepPlan) -> list[str]:
+        """The array's part of ``sweep --dry-run`` (backends that run arrays)."""
+
+    def submit_array(self, sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+        """Submit the points ``indices`` as one array: each point's job id (backends that run arrays)."""
 
     def render(self, plan: LaunchPlan) -> list[str]:
         """The job's part of ``render``: what is run where, and how it is handed over."""
@@ -64,6 +95,26 @@ class Backend(Protocol):
 
     def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
         """The job's hosts in node order, where known (names a node that never reported)."""
+
+
+def name_for(profile: Profile, launcher: str = "submitit") -> str:
+    """The one place a profile's kind picks a backend (SLURM's by its launcher, submitit or sbatch)."""
+    if profile.kind == "slurm":
+        return launcher
+    if profile.tpu is not None and profile.tpu.via_gcloud:
+        return "gcloud"
+    if profile.kind == "ssh":
+        return "ssh"
+    return "local"
+
+
+def chooses_launcher(profile: Profile) -> bool:
+    """Whether ``--launcher`` picks between backends for this profile (SLURM: submitit or sbatch)."""
+    return name_for(profile, "submitit") != name_for(profile, "sbatch")
+
+
+def for_profile(profile: Profile, launcher: str = "submitit") -> Backend:
+    return get(name_for(profile, launcher))
 
 
 def get(name: str) -> Backend:

@@ -1,40 +1,33 @@
 """Profile + strategy + the code to run -> LaunchPlan: what every process gets, and one typed job for the
 backend that runs it.
 
-``build_plan`` is pure: it reads no environment, probes nothing and starts nothing. It chooses the backend
-once, by building that backend's job; ``render`` prints the plan and ``submit`` hands that same object to the
-backend the job names.
+``build_plan`` is pure: it reads no environment, probes nothing and starts nothing. The backend chosen for the
+profile builds its own job from ``PlanInputs`` with the parts here (each node's launcher command, the files,
+the environment, the profile's shell and container around a command); ``render`` prints the plan and
+``submit`` hands that same object to the backend the job names.
 """
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePath, PurePosixPath
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from launch.core import containers, site_shell
 from launch.core import environment as contract
-from launch.core import containers
-from launch.core import site_shell
-from launch.diagnostics import probe
-from launch.backends import remote_shell
-from launch.backends.slurm import sbatch_script
-from launch.backends.ssh import commands as ssh
-from launch.backends.gcloud import commands as tpu
-from launch.launchers.accelerate_config import UserConfig
-from launch.errors import LaunchError
-from launch.core.layout import CHECKPOINTS, LOGS, METRICS, RESULT
-from launch.core.profile import Profile
-from launch.core.secrets import looks_secret
-from launch.core.rendezvous import INTERFACE_VARIABLES, SLURM_NODE_ID, port_for_run
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.shell import Arg, EnvRef, join
+from launch.core.layout import CHECKPOINTS
+from launch.core.profile import Profile
+from launch.core.rendezvous import INTERFACE_VARIABLES
+from launch.core.shell import Arg, join
 from launch.core.snapshot import Snapshot, path_in
+from launch.errors import LaunchError
+from launch.launchers.accelerate_config import UserConfig
 from launch.launchers.strategies import NodeContext, Strategy, get_strategy
-from launch.backends.ssh.job import FAN_OUT, HOST_GUARD, SSH_JOB_SPEC, SshJob, SshNode, spec_text
-from launch.backends.slurm.submitit_job import SubmititJob, submitit_job
-from launch.runtime.worker import Target
+from launch.runtime.worker import Target  # noqa: TID251 - moves to launch.core.entrypoint
+
+if TYPE_CHECKING:
+    pass
 
 PROBE = "launch.diagnostics.probe"  # what `launch check` runs instead of the code
 WORKER = "launch.runtime.worker"  # what runs the code in each process (python -m launch.runtime.worker SCRIPT ARGS)
@@ -44,54 +37,13 @@ MAX_RESTARTS = 100
 REMOTE_PYTHON = "python3"  # on ssh and TPU hosts, where the profile names none
 
 
-def requeue_signals(profile: Profile) -> str:
-    """What a SLURM task through submitit treats as 'checkpoint, then stop': the requeue signal and SIGTERM."""
-    return f"SIG{profile.slurm.requeue_signal if profile.slurm is not None else 'USR2'},SIGTERM"
+class BackendJob(Protocol):
+    """What a backend's job gives every plan: its backend's name, the node command shown first, the files written
+    here before it starts."""
 
-
-@dataclass(frozen=True, kw_only=True)
-class LocalJob:
-    """One node on this machine: its launcher command, run here."""
-
-    backend: ClassVar[str] = "local"
+    backend: ClassVar[str]
     node: NodeCommand
-    files: tuple[PlanFile, ...] = ()
-    where: str = "this machine"
-
-
-@dataclass(frozen=True, kw_only=True)
-class SbatchJob:
-    """A batch script whose one task per node runs the node's launcher command."""
-
-    backend: ClassVar[str] = "sbatch"
-    node: NodeCommand  # the same on every node: the node rank and head come from the task
     files: tuple[PlanFile, ...]
-    submit_argv: tuple[str, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class GcloudJob:
-    """TPU hosts reached through gcloud: every host runs the same command, in its own project folder."""
-
-    backend: ClassVar[str] = "gcloud"
-    node: NodeCommand  # what every host runs, in the project folder there
-    host_files: tuple[PlanFile, ...]  # written on the hosts by the command itself
-    host_run_dir: str  # the run folder there, relative to the project folder
-    submit_argv: tuple[str, ...]
-    after_argv: tuple[str, ...]  # run here once the job succeeded: fetch host 0's result and metrics
-    ssh_argv: tuple[str, ...]  # gcloud's ssh to every host, its command to come
-    files: tuple[PlanFile, ...] = ()
-    before_argv: tuple[tuple[str, ...], ...] = ()  # run here first, in order: the snapshot shipped to every host
-    collect_argv: tuple[str, ...] = ()  # run here once the job ended, however: every host's rank logs (and check
-    # reports) fetched into the run folder here
-
-    @property
-    def host_folder(self) -> str:
-        """The run folder on the hosts as ssh sees it (under the project folder, from the ssh user's home)."""
-        return str(PurePosixPath(self.node.cwd, self.host_run_dir))
-
-
-Job = LocalJob | SbatchJob | SubmititJob | GcloudJob | SshJob
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +54,7 @@ class LaunchPlan:
     bundled: bool
     run_dir: str
     env: tuple[tuple[str, str], ...]  # added to every process's inherited environment
-    job: Job
+    job: BackendJob
     snapshot: Snapshot | None = None  # the project copied into the run folder at submit; ``code`` runs the copy
 
     @property
@@ -116,7 +68,9 @@ class LaunchPlan:
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Inputs:
+class PlanInputs:
+    """What a backend builds its job from: the choices made, resolved (the code, the interpreters, folders)."""
+
     profile: Profile
     strategy: Strategy
     code: Target
@@ -165,26 +119,26 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
                           f"{strategy} starts the code with {chosen.runner.name}")
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
-    backend = backend_for(profile, launcher)
-    if max_restarts and backend != "local":
+    from launch import backends  # the registry; its backends import this module
+
+    backend = backends.for_profile(profile, launcher)
+    if max_restarts and not backend.restarts_workers:
         raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
-                          "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time"
-                          if profile.kind == "slurm" else "resubmit the same plan into its run folder to continue")
+                          backend.continue_hint)
     bundled = code is None
     here_python = python
-    python = profile.node_python(REMOTE_PYTHON if backend in ("ssh", "gcloud") else python)
-    setup_python = python if profile.container is None else REMOTE_PYTHON if backend == "ssh" else here_python
+    python = profile.node_python(REMOTE_PYTHON if backend.own_hosts else python)
+    setup_python = python if profile.container is None else REMOTE_PYTHON if backend.own_hosts else here_python
     code = Target(module=chosen.example.module, args=args) if code is None else code
     if snapshot is not None:
-        code = in_snapshot(code, snapshot, run_dir=job_run_dir(profile, backend, run_dir, workdir), workdir=workdir)
+        code = in_snapshot(code, snapshot, run_dir=backend.job_run_dir(profile, run_dir, workdir), workdir=workdir)
     if check:
         code, profile = probe_target(code, profile), site_shell.modules_tried(profile)
-    inputs = _Inputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
-                     python=python, here_python=here_python, setup_python=setup_python, workdir=workdir,
-                     max_restarts=max_restarts, checking=check,
-                     code=code, snapshot=snapshot, expand_args=expand_args,
-                     accelerate_config=accelerate_config)
-    return _JOB_BUILDERS[backend](inputs)
+    inputs = PlanInputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
+                        python=python, here_python=here_python, setup_python=setup_python, workdir=workdir,
+                        max_restarts=max_restarts, checking=check, code=code, snapshot=snapshot,
+                        expand_args=expand_args, accelerate_config=accelerate_config)
+    return backend.build(inputs)
 
 
 def in_snapshot(code: Target, snapshot: Snapshot, *, run_dir: str, workdir: str) -> Target:
@@ -203,30 +157,7 @@ def probe_target(code: Target, profile: Profile) -> Target:
                                       *modules))
 
 
-def backend_for(profile: Profile, launcher: str) -> str:
-    """The one place a profile's kind picks a backend."""
-    if profile.kind == "slurm":
-        return launcher
-    if profile.tpu is not None and profile.tpu.via_gcloud:
-        return "gcloud"
-    if profile.kind == "ssh":
-        return "ssh"
-    return "local"
-
-
-def job_run_dir(profile: Profile, backend: str, run_dir: str, workdir: str) -> str:
-    """Where the job's processes find the run folder: ``run_dir`` here, or its folder on the remote hosts (from
-    the project folder there, where they start)."""
-    if backend == "gcloud":
-        return remote_shell.host_run_dir(run_dir)
-    if backend == "ssh" and profile.ssh is not None:
-        folder = PurePosixPath(profile.ssh.workdir or workdir)
-        on_host = remote_shell.host_run_dir(run_dir, profile.ssh.runs_dir)
-        return str(folder / on_host) if folder.is_absolute() else on_host
-    return run_dir
-
-
-def process_command(inputs: _Inputs) -> list[str]:
+def process_command(inputs: PlanInputs) -> list[str]:
     """What each process runs, after the runner's own arguments: the code under launch's worker; on XLA hosts
     under torch_xla's launcher, once per device (the bundled examples through their own, train.xla)."""
     example, code = inputs.strategy.example, inputs.code
@@ -265,47 +196,26 @@ def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
     return tuple(env.items())
 
 
-def _node_argv(inputs: _Inputs, node: NodeContext, run_dir: str, python: str) -> tuple[Arg, ...]:
+def node_argv(inputs: PlanInputs, node: NodeContext, run_dir: str, python: str) -> tuple[Arg, ...]:
     return tuple(inputs.strategy.runner.node_argv(inputs.profile, python, node, process_command(inputs), run_dir))
 
 
-def _files(inputs: _Inputs, run_dir: str) -> tuple[PlanFile, ...]:
+def plan_files(inputs: PlanInputs, run_dir: str) -> tuple[PlanFile, ...]:
     return tuple(PlanFile(path=path, text=text)
                  for path, text in inputs.strategy.runner.files(inputs.profile, run_dir, inputs.accelerate_config))
 
 
-def _env(inputs: _Inputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:
+def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:
     return worker_env(inputs.profile, {**inputs.strategy.runner.extra_env(inputs.profile), **wiring},
                       run_dir=run_dir, stop_signals=stop_signals, expand_args=inputs.expand_args)
 
 
-def _plan(inputs: _Inputs, env: tuple[tuple[str, str], ...], job: Job) -> LaunchPlan:
+def make_plan(inputs: PlanInputs, env: tuple[tuple[str, str], ...], job: BackendJob) -> LaunchPlan:
     return LaunchPlan(profile=inputs.profile, strategy=inputs.strategy.name, code=inputs.code,
                       bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job, snapshot=inputs.snapshot)
 
 
-def _local_job(inputs: _Inputs) -> LaunchPlan:
-    profile, port = inputs.profile, inputs.profile.rendezvous.port  # None: torchrun finds a free port itself
-    node = NodeContext(node_rank="0", master_addr=None if port is None else "127.0.0.1",
-                       master_port=None if port is None else str(port), max_restarts=inputs.max_restarts)
-    env = _env(inputs, inputs.run_dir)
-    where = "this machine, the TPU VM" if profile.kind == "tpu" else "this machine"
-    argv = _in_shell(inputs, _contained(inputs, _node_argv(inputs, node, inputs.run_dir, inputs.python), env,
-                                        inputs.run_dir, inputs.workdir), inputs.run_dir)
-    command = NodeCommand(node_rank=0, argv=argv, env=env, cwd=inputs.workdir)
-    return _plan(inputs, env, LocalJob(node=command, files=_files(inputs, inputs.run_dir), where=where))
-
-
-def _slurm_node(inputs: _Inputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
-    node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
-                       master_port=EnvRef("MASTER_PORT"))
-    argv = _head_first(inputs, node, _node_argv(inputs, node, inputs.run_dir, inputs.python), inputs.run_dir,
-                       inputs.python)
-    return NodeCommand(node_rank=0, argv=_contained(inputs, argv, env, inputs.run_dir, inputs.workdir), env=env,
-                       cwd=inputs.workdir)
-
-
-def _in_shell(inputs: _Inputs, argv: tuple[Arg, ...], run_dir: str, *, after: bool = True) -> tuple[Arg, ...]:
+def in_shell(inputs: PlanInputs, argv: tuple[Arg, ...], run_dir: str, *, after: bool = True) -> tuple[Arg, ...]:
     """``argv`` inside the profile's shell (modules, setup, node_setup, and ``after`` unless told not), as a bash
     script on the command line; as it is without one."""
     profile = inputs.profile
@@ -316,13 +226,13 @@ def _in_shell(inputs: _Inputs, argv: tuple[Arg, ...], run_dir: str, *, after: bo
     return ("bash", "-c", site_shell.wrapped(profile, join(argv), run_dir=run_dir, python=inputs.setup_python))
 
 
-def _contained(inputs: _Inputs, argv: tuple[Arg, ...], env: tuple[tuple[str, str], ...], run_dir: str,
+def contained(inputs: PlanInputs, argv: tuple[Arg, ...], env: tuple[tuple[str, str], ...], run_dir: str,
                workdir: str) -> tuple[Arg, ...]:
     """``argv`` in the profile's image (runtimes that wrap a command; pyxis goes through srun's options)."""
     return tuple(containers.wrap(inputs.profile, argv, run_dir=run_dir, workdir=workdir, env=env))
 
 
-def _head_first(inputs: _Inputs, node: NodeContext, argv: tuple[Arg, ...], run_dir: str,
+def head_first(inputs: PlanInputs, node: NodeContext, argv: tuple[Arg, ...], run_dir: str,
                 python: str) -> tuple[Arg, ...]:
     """For ``launch check``: the node's launcher waits for every node, so first each node says whether it
     reaches the head (named, at once, instead of a rendezvous that times out)."""
@@ -339,115 +249,8 @@ def job_name(profile: Profile, what: str) -> str:
     return f"{profile.name}-{what}"
 
 
-def _job_name(inputs: _Inputs) -> str:
+def code_job_name(inputs: PlanInputs) -> str:
     code = inputs.code
     what = "check" if inputs.checking else inputs.strategy.name if inputs.bundled else \
         PurePath(code.script or "").stem or str(code.module)
     return job_name(inputs.profile, what)
-
-
-def _sbatch_job(inputs: _Inputs) -> LaunchPlan:
-    env = _env(inputs, inputs.run_dir)
-    node = _slurm_node(inputs, env)
-    script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
-    script = sbatch_script.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,
-                                  python=inputs.setup_python)
-    files = (*_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
-    return _plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
-
-
-def _submitit_job(inputs: _Inputs) -> LaunchPlan:
-    if inputs.accelerate_config is not None:  # its tasks run the code itself, without `accelerate launch`
-        raise LaunchError(f"--accelerate-config {inputs.accelerate_config.path}: `accelerate launch` reads it, which "
-                          "the submitit launcher does not run (one task per process)",
-                          "use --launcher sbatch: one task per node starts `accelerate launch` with your file")
-    env = _env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
-    return _plan(inputs, env, submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir,
-                                           code=inputs.code, env=env, workdir=inputs.workdir,
-                                           python=inputs.python, setup_python=inputs.setup_python))
-
-
-def _gcloud_job(inputs: _Inputs) -> LaunchPlan:
-    profile = inputs.profile
-    hosts = profile.tpu
-    assert hosts is not None  # noqa: S101 - backend_for chose gcloud for a TPU section
-    host_run_dir = remote_shell.host_run_dir(inputs.run_dir)
-    port = profile.rendezvous.port  # where torch_xla's xla:// rendezvous listens on worker 0, if not its default
-    env = _env(inputs, host_run_dir, **({"MASTER_PORT": str(port)} if port is not None else {}))
-    node = NodeContext(node_rank="0", master_addr=None, master_port=None)
-    command = NodeCommand(node_rank=0, argv=_in_shell(inputs, _node_argv(inputs, node, host_run_dir, inputs.python),
-                                                      host_run_dir), env=env, cwd=hosts.workdir)
-    host_files = _files(inputs, host_run_dir)
-    host_folder = str(PurePosixPath(hosts.workdir, host_run_dir))
-    shell_command = remote_shell.host_command(workdir=hosts.workdir, files=[(f.path, f.text) for f in host_files],
-                                              env=env, argv=[str(arg) for arg in command.argv],
-                                              snapshot_in=host_run_dir if inputs.snapshot else None)
-    return _plan(inputs, env, GcloudJob(
-        node=command, host_files=host_files, host_run_dir=host_run_dir, ssh_argv=tpu.gcloud_ssh_on_every_host(hosts),
-        submit_argv=tpu.gcloud_ssh(hosts, shell_command),
-        after_argv=() if inputs.checking else tpu.fetch_files(hosts, host_folder, (RESULT, METRICS), inputs.run_dir),
-        before_argv=tpu.ship_snapshot(hosts, inputs.run_dir, host_folder) if inputs.snapshot else (),
-        collect_argv=tpu.fetch_folders(hosts, host_folder, (LOGS, *((probe.CHECK,) if inputs.checking else ())),
-                                       inputs.run_dir)))
-
-
-def _ssh_job(inputs: _Inputs) -> LaunchPlan:
-    profile, section = inputs.profile, inputs.profile.ssh
-    assert section is not None  # noqa: S101 - backend_for chose ssh for an ssh section
-    hosts = [ssh.parse_host(host) for host in section.hosts]
-    workdir = section.workdir or inputs.workdir
-    if not ssh.SAFE_PATH.match(workdir):  # the profile's own is checked when it is loaded
-        raise LaunchError(f"{profile.source}: ssh.workdir is not set, and this folder's path {workdir!r}, its default, "
-                          "has characters scp cannot carry to the hosts unchanged (spaces, quotes, shell or glob "
-                          "characters)", "set ssh.workdir to the project's folder on the hosts")
-    host_run_dir = job_run_dir(profile, "ssh", inputs.run_dir, inputs.workdir)
-    host_folder = str(PurePosixPath(workdir, host_run_dir))  # as ssh and scp see it, from the user's home
-    env = _env(inputs, host_run_dir)
-    secret_names = tuple(dict.fromkeys([*profile.secrets, *(  # launch's own variables hold names, not secrets
-        name for name, _ in env if looks_secret(name, profile.secrets) and not name.startswith("LAUNCH_"))]))
-    shown_env = tuple((name, value) for name, value in env if name not in secret_names)
-    head = profile.rendezvous.address or hosts[0].address
-    port = str(profile.rendezvous.port or port_for_run(inputs.run_dir))
-    host_files = _files(inputs, host_run_dir)
-    mounted = (host_run_dir,) if profile.container is not None else ()  # a container needs it there first
-    nodes = []
-    for rank, host in enumerate(hosts):
-        context = NodeContext(node_rank=str(rank), master_addr=head, master_port=port)
-        argv = _head_first(inputs, context, _node_argv(inputs, context, host_run_dir, inputs.python), host_run_dir,
-                           inputs.python)
-        guarded = _in_shell(inputs, _contained(  # with a container, the guard runs in it too (its stdin passed on)
-            inputs, (inputs.python, "-m", HOST_GUARD, "--run-dir", host_run_dir, "--", *map(str, argv)), env,
-            host_run_dir, workdir), host_run_dir, after=rank == 0)  # `after` once: on the head
-        command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
-        line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
-                                         env=shown_env, argv=guarded, folders=mounted,
-                                         snapshot_in=host_run_dir if inputs.snapshot else None)
-        nodes.append(SshNode(
-            host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
-            stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
-            reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(
-                workdir, tuple(map(str, _contained(inputs, (inputs.python,), env, host_run_dir, workdir))), host_run_dir,
-                setup=site_shell.setup_block(profile, host_run_dir), folders=mounted,
-                env=shown_env if mounted else ()))))
-    fetched = (LOGS, *((probe.CHECK,) if inputs.checking else ()))
-    collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
-                                 recurse=True) for host in hosts)
-    after = () if inputs.checking else (
-        ssh.scp_argv(section, hosts[0], [f"{host_folder}/{name}" for name in (RESULT, METRICS)], inputs.run_dir),)
-    spec = PlanFile(path=str(PurePath(inputs.run_dir, SSH_JOB_SPEC)),
-                    text=spec_text(nodes, secret_names, collect=collect, after=after))
-    fan_out = NodeCommand(node_rank=0, argv=(inputs.here_python, "-m", FAN_OUT, spec.path), cwd=inputs.workdir,
-                          env=tuple((name, value) for name, value in env if name in secret_names))
-    ship = (remote_shell.pack_snapshot(inputs.run_dir), *(
-        step for host in hosts for step in (
-            ssh.ssh_argv(section, host, shlex.join(["mkdir", "-p", host_folder]) + " && "  # a stale copy never runs
-                         + shlex.join(["rm", "-rf", f"{host_folder}/{remote_shell.SNAPSHOT_FOLDER}"])),
-            ssh.scp_argv(section, host, [str(PurePath(inputs.run_dir, remote_shell.SNAPSHOT_TAR))],
-                         f"{host_folder}/{remote_shell.SNAPSHOT_TAR}", upload=True))))
-    return _plan(inputs, env, SshJob(
-        node=fan_out, nodes=tuple(nodes), host_files=host_files, host_folder=host_folder, secret_names=secret_names,
-        files=(spec,), before_argv=ship if inputs.snapshot else (), collect_argv=collect, after_argv=after))
-
-
-_JOB_BUILDERS: dict[str, Callable[[_Inputs], LaunchPlan]] = {
-    "local": _local_job, "sbatch": _sbatch_job, "submitit": _submitit_job, "gcloud": _gcloud_job, "ssh": _ssh_job}

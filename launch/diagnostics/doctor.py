@@ -98,12 +98,7 @@ def missing_for(profile: Profile, machine: Machine) -> list[str]:
     if not backend.own_hosts:  # hosts with their own Python have their own packages
         needs += [f"{name} (pip install -e .)" for name in ("torch", "accelerate", "transformers")
                   if machine.packages[name] is None]
-    if plan.job.backend in ("submitit", "sbatch"):
-        needs += [f"{name} on PATH (a SLURM login node)" for name in SLURM_COMMANDS if machine.commands[name] is None]
-        if machine.slurm_version and machine.slurm_version.startswith(NOT_CONFIGURED):
-            needs.append(f"a configured SLURM ({machine.slurm_version.removeprefix(NOT_CONFIGURED + ': ')})")
-        if machine.packages["submitit"] is None:
-            needs.append("submitit (for --launcher submitit)")
+    needs += backend.doctor_needs(machine)
     try:
         backend.preflight(plan)
     except SubmitError as error:

@@ -25,9 +25,8 @@ def render_sweep(plan: sweep.SweepPlan) -> str:
     whole plan (the others differ only in their arguments, run folder and port)."""
     backend = backends.get(plan.backend)
     shape = " x ".join(f"{len(values)} {key}" for key, values in plan.grid.axes)
-    how = getattr(backend, "render_array", None)
     out = [f"sweep:     {len(plan.points)} points ({shape}) in {plan.folder}",
-           *(how(plan) if how is not None else
+           *(backend.render_array(plan) if backend.runs_arrays else
              [f"here, {plan.max_parallel} point(s) at a time" + (", one after another" if plan.max_parallel == 1
                                                                  else "")]), ""]
     width = len(str(len(plan.points) - 1))
@@ -55,10 +54,9 @@ def submit_sweep(plan: sweep.SweepPlan, *, detach: bool) -> int:
 def start_points(plan: sweep.SweepPlan, indices: tuple[int, ...], *, detach: bool) -> int:
     """The points ``indices`` of a prepared sweep started: as one job array, or here."""
     backend = backends.get(plan.backend)
-    submit_array = getattr(backend, "submit_array", None)
-    if submit_array is None:
+    if not backend.runs_arrays:
         return _run_here(plan, indices)
-    ids = submit_array(plan, indices)
+    ids = backend.submit_array(plan, indices)
     for index, job_id in ids.items():
         run_folder.write_json_atomic(Path(plan.plans[index].run_dir) / run_folder.STATE, {
             "backend": plan.backend, "job_id": job_id, "world_size": plan.plans[index].world_size,

@@ -1,6 +1,6 @@
 """Sweeps: one plan run once per point of a grid, each point a whole run (all nodes, all processes) in its own
-run folder under one sweep folder. ``build_sweep`` is pure: the points' plans, and on SLURM the job array
-that runs them (``ArrayJob``); ``sweep.json`` in the sweep folder records what was submitted, so that
+run folder under one sweep folder. ``build_sweep`` is pure: the points' plans, and where the backend runs
+arrays (SLURM) the job array that runs them; ``sweep.json`` in the sweep folder records what was submitted, so that
 ``status``, ``report`` and ``sweep retry`` find every point again.
 """
 
@@ -10,37 +10,27 @@ import os
 import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Protocol
 
-from launch.backends.slurm import sbatch_script
+from launch import backends
 from launch.launchers.accelerate_config import UserConfig
 from launch.errors import LaunchError, SubmitError
 from launch.sweeps.grid import Grid, Point
 from launch.core.layout import read_json, write_json_atomic
 from launch.core.commands import PlanFile
-from launch.core.plan import LaunchPlan, backend_for, build_plan, job_name
+from launch.core.plan import LaunchPlan, build_plan
 from launch.core.profile import Profile
 from launch.core.snapshot import Snapshot
 from launch.runtime.worker import Target
 
 RECORD = "sweep.json"
-ARRAY_SCRIPT = "array.sbatch"
-SUBMITIT = "submitit"  # the submitit launcher's folder for the whole array, in the sweep folder
 MAX_PORT = 65535
 
 
-@dataclass(frozen=True, kw_only=True)
-class ArrayJob:
-    """One SLURM job array whose element K runs point K's plan."""
+class BackendArray(Protocol):
+    """A backend's job array for the sweep (``Backend.array``): the files written into the sweep folder."""
 
-    files: tuple[PlanFile, ...] = ()  # written into the sweep folder before it is submitted
-    script: str = ""  # the sbatch launcher's array script
-    parameters: tuple[tuple[str, object], ...] = ()  # the submitit launcher's executor, for the whole array
-    folder: str = ""  # the submitit launcher's folder
-
-    def submit_argv(self, indices: tuple[int, ...], max_parallel: int) -> tuple[str, ...]:
-        """sbatch's command for the elements ``indices`` (the sbatch launcher)."""
-        return ("sbatch", "--parsable", f"--array={array_spec(indices, max_parallel)}", self.script)
+    files: tuple[PlanFile, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +41,7 @@ class SweepPlan:
     plans: tuple[LaunchPlan, ...]  # one per point, in the points' order
     max_parallel: int  # points running at once
     backend: str
-    array: ArrayJob | None  # SLURM: the job array; elsewhere the points run from here
+    array: BackendArray | None  # where the backend runs arrays (SLURM); elsewhere the points run from here
     inputs: dict[str, Any]  # what built it, recorded so that `sweep retry` builds the same plans again
 
     @property
@@ -67,7 +57,7 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
     arguments, in ``folder``/``point.folder_name()``. A profile's fixed rendezvous port is shifted by the
     point's number, so that points sharing a head node never share a port."""
     points = grid.points()
-    backend = backend_for(profile, launcher)
+    backend = backends.for_profile(profile, launcher)
     port = profile.rendezvous.port
     if port is not None and port + len(points) - 1 > MAX_PORT:
         raise LaunchError(f"{profile.source}: rendezvous.port {port}: the sweep's {len(points)} points need ports "
@@ -88,7 +78,7 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
               "accelerate_config": None if accelerate_config is None else dataclasses.asdict(accelerate_config),
               "snapshot": None if snapshot is None else snapshot_record(snapshot)}
     return SweepPlan(folder=folder, grid=grid, points=points, plans=tuple(plans), max_parallel=parallel,
-                     backend=backend, array=_ARRAYS[backend](plans, folder, parallel) if backend in _ARRAYS else None,
+                     backend=backend.name, array=backend.array(plans, folder, parallel),
                      inputs=inputs)
 
 
@@ -104,40 +94,6 @@ def rebuild(given: dict[str, Any], profile: Profile) -> SweepPlan:
                        snapshot=snapshot_from(given["snapshot"]), expand_args=bool(given.get("expand_args")),
                        accelerate_config=UserConfig(**given["accelerate_config"]) if given.get("accelerate_config")
                        else None)
-
-
-def _sbatch_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
-    script = str(PurePath(folder, ARRAY_SCRIPT))
-    first = plans[0]
-    text = sbatch_script.render_array_script(first.profile, job_name=job_name(first.profile, "sweep"), sweep_dir=folder,
-                                      scripts=[_point_script(plan) for plan in plans],
-                                      spec=array_spec(tuple(range(len(plans))), parallel))
-    return ArrayJob(files=(PlanFile(path=script, text=text, executable=True),), script=script)
-
-
-def _point_script(plan: LaunchPlan) -> str:
-    return next(file.path for file in plan.files if file.path.endswith("job.sbatch"))
-
-
-def _submitit_array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
-    parameters = dict(getattr(plans[0].job, "parameters"))
-    parameters["job_name"] = job_name(plans[0].profile, "sweep")
-    parameters["array_parallelism"] = parallel
-    return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePath(folder, SUBMITIT)))
-
-
-_ARRAYS = {"sbatch": _sbatch_array, "submitit": _submitit_array}
-
-
-def array_spec(indices: tuple[int, ...], max_parallel: int) -> str:
-    """sbatch's --array value: ``0-3%2``, ``1,5-6%2``."""
-    ranges: list[str] = []
-    for index in sorted(indices):
-        if ranges and ranges[-1].split("-")[-1] == str(index - 1):
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{index}"
-        else:
-            ranges.append(str(index))
-    return ",".join(ranges) + f"%{max_parallel}"
 
 
 def snapshot_record(taken: Snapshot) -> dict[str, Any]:

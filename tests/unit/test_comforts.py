@@ -46,7 +46,7 @@ def test_doctor_reports_this_machine_and_what_each_profile_needs() -> None:
 
 
 def test_waiting_text() -> None:
-    from launch.backends.slurm.backend import waiting_text
+    from launch.backends.slurm.follow import waiting_text
 
     assert waiting_text(65.4, "Resources") == "  waiting in the queue for 1:05 (Resources)"
     assert waiting_text(3, "") == "  waiting in the queue for 0:03"

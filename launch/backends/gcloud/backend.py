@@ -9,14 +9,21 @@ import sys
 from pathlib import Path, PurePosixPath
 
 from launch import backends
+from typing import TYPE_CHECKING
+
 from launch.backends import remote_shell
 from launch.runs import run_folder
 from launch.backends import State
 from launch.backends.local import backend as local
 from launch.errors import LaunchError, SubmitError
 from launch.core.commands import NodeCommand
-from launch.core.plan import GcloudJob, LaunchPlan
+from launch.backends.gcloud.job import GcloudJob, build
+from launch.core.plan import LaunchPlan, PlanInputs
+from launch.core.profile import Profile
 from launch.core.plan_text import file_lines, node_lines
+
+if TYPE_CHECKING:
+    from launch.diagnostics.doctor import Machine
 
 STOP_TIMEOUT_S = 300
 SHIP_TIMEOUT_S = 1800  # the snapshot onto every host (up to snapshot.LIMIT_BYTES)
@@ -121,6 +128,23 @@ class GcloudBackend:
     own_hosts = True
     forwards_secrets = False
     snapshots = True
+    restarts_workers = False
+    continue_hint = "resubmit the same plan into its run folder to continue"
+    runs_notebooks = False
+    runs_arrays = False
+    accelerate_wiring = None  # XLA: torch_xla's launcher on every host, no per-node flags
+
+    def doctor_needs(self, machine: Machine) -> list[str]:
+        return []
+
+    def build(self, inputs: PlanInputs) -> LaunchPlan:
+        return build(inputs)
+
+    def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
+        return remote_shell.host_run_dir(run_dir)
+
+    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> None:
+        return None  # the sweep runs the points itself
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from launch.runs import run_folder
 from launch.core import shell
 from launch.backends import State
@@ -23,9 +25,13 @@ from launch.errors import SubmitError, WorkerFailure
 from launch.core.environment import RUN_DIR
 from launch.runtime.lifetime import die_with_parent
 from launch.core.commands import NodeCommand
-from launch.core.plan import LaunchPlan, LocalJob
+from launch.backends.local.job import LocalJob, build
+from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.profile import Profile
 from launch.core.plan_text import file_lines, node_lines
+
+if TYPE_CHECKING:
+    from launch.diagnostics.doctor import Machine
 
 STOP_GRACE_S = 20.0
 THEN_TIMEOUT_S = 600
@@ -271,6 +277,23 @@ class LocalBackend:
     own_hosts = False
     forwards_secrets = True
     snapshots = False  # it starts now, from the files as they are
+    restarts_workers = True
+    continue_hint = ""
+    runs_notebooks = True  # the processes can be forked from the notebook itself
+    runs_arrays = False
+    accelerate_wiring = None  # one node
+
+    def doctor_needs(self, machine: Machine) -> list[str]:
+        return []
+
+    def build(self, inputs: PlanInputs) -> LaunchPlan:
+        return build(inputs)
+
+    def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
+        return run_dir
+
+    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> None:
+        return None  # the sweep runs the points itself
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)

@@ -11,16 +11,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from launch import backends
+from typing import TYPE_CHECKING
+
 from launch.runs import run_folder
 from launch.backends import State
 from launch.backends.local import backend as local
 from launch.errors import SubmitError
 from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
-from launch.core.plan import LaunchPlan
+from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
-from launch.backends.ssh.job import SshJob, SshNode
+from launch.backends.ssh.job import SshJob, SshNode, build, job_run_dir
+from launch.core.profile import Profile
+from launch.launchers.accelerate_config import NodeWiring
+
+if TYPE_CHECKING:
+    from launch.diagnostics.doctor import Machine
 
 REACH_TIMEOUT_S = CONNECT_TIMEOUT_S + 50  # connecting, then importing launch on the host
 SHIP_TIMEOUT_S = 1800  # the snapshot onto a host (up to snapshot.LIMIT_BYTES)
@@ -167,6 +174,27 @@ class SshBackend:
     own_hosts = True  # each host has its own project folder, Python and run folder
     snapshots = True  # the code the job runs is shipped to every host at submit
     forwards_secrets = True  # from this environment, over each connection
+    restarts_workers = False
+    continue_hint = "resubmit the same plan into its run folder to continue"
+    runs_notebooks = False
+    runs_arrays = False
+    accelerate_wiring = NodeWiring(
+        flags="--machine_rank NODE_RANK --main_process_ip HEAD --main_process_port PORT",
+        where="machine_rank, main_process_ip and main_process_port are given on each host's `accelerate launch` "
+              "command line (its place in ssh.hosts, and the first host as head).",
+        run_on="Run it on every host, NODE_RANK its place in ssh.hosts, HEAD the first host, PORT a free port:")
+
+    def doctor_needs(self, machine: Machine) -> list[str]:
+        return []
+
+    def build(self, inputs: PlanInputs) -> LaunchPlan:
+        return build(inputs)
+
+    def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
+        return job_run_dir(profile, run_dir, workdir)
+
+    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> None:
+        return None  # the sweep runs the points itself
 
     def render(self, plan: LaunchPlan) -> list[str]:
         job = _job(plan)

@@ -1,13 +1,27 @@
 """The plan's job for machines reached over ssh: what each host runs, the ssh command that runs it from here,
-and the spec the fan-out reads. Pure; built by ``launch.core.plan``, run by ``launch.backends.ssh.backend``."""
+and the spec the fan-out reads; and how a plan builds it. Pure; run by ``launch.backends.ssh.backend``."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
+from pathlib import PurePath, PurePosixPath
 from typing import ClassVar
 
+from launch.backends import remote_shell
+from launch.backends.ssh import commands as ssh
+from launch.core import site_shell
 from launch.core.commands import NodeCommand, PlanFile
+from launch.core.layout import LOGS, METRICS, RESULT
+from launch.core.plan import (LaunchPlan, PlanInputs, contained, head_first, in_shell, make_plan, node_argv, plan_env,
+                              plan_files)
+from launch.core.profile import Profile
+from launch.core.rendezvous import port_for_run
+from launch.core.secrets import looks_secret
+from launch.diagnostics.probe import CHECK
+from launch.errors import LaunchError
+from launch.launchers.context import NodeContext
 
 HOST_GUARD = "launch.backends.ssh.host_guard"  # on an ssh host: the node's command, with the secrets read from the connection
 SSH_JOB_SPEC = "ssh-job.json"  # in the run folder here: the connections, for the fan-out (no secret in it)
@@ -49,3 +63,73 @@ def spec_text(nodes: list[SshNode], secret_names: tuple[str, ...], *, collect: t
                        "after": [list(a) for a in after], "nodes": [
         {"host": node.host, "ssh": list(node.ssh_argv), "stop": list(node.stop_argv)} for node in nodes]},
         indent=1) + "\n"
+
+
+def job_run_dir(profile: Profile, run_dir: str, workdir: str) -> str:
+    """Where the hosts' processes find the run folder: under the project folder there (ssh.workdir, else this
+    folder's path), from where they start."""
+    section = profile.ssh
+    if section is None:
+        return run_dir
+    folder = PurePosixPath(section.workdir or workdir)
+    on_host = remote_shell.host_run_dir(run_dir, section.runs_dir)
+    return str(folder / on_host) if folder.is_absolute() else on_host
+
+
+def build(inputs: PlanInputs) -> LaunchPlan:
+    """One connection per host from a fan-out here; each host runs its node under the host guard."""
+    profile, section = inputs.profile, inputs.profile.ssh
+    assert section is not None  # noqa: S101 - the registry chose ssh for an ssh section
+    hosts = [ssh.parse_host(host) for host in section.hosts]
+    workdir = section.workdir or inputs.workdir
+    if not ssh.SAFE_PATH.match(workdir):  # the profile's own is checked when it is loaded
+        raise LaunchError(f"{profile.source}: ssh.workdir is not set, and this folder's path {workdir!r}, its default, "
+                          "has characters scp cannot carry to the hosts unchanged (spaces, quotes, shell or glob "
+                          "characters)", "set ssh.workdir to the project's folder on the hosts")
+    host_run_dir = job_run_dir(profile, inputs.run_dir, inputs.workdir)
+    host_folder = str(PurePosixPath(workdir, host_run_dir))  # as ssh and scp see it, from the user's home
+    env = plan_env(inputs, host_run_dir)
+    secret_names = tuple(dict.fromkeys([*profile.secrets, *(  # launch's own variables hold names, not secrets
+        name for name, _ in env if looks_secret(name, profile.secrets) and not name.startswith("LAUNCH_"))]))
+    shown_env = tuple((name, value) for name, value in env if name not in secret_names)
+    head = profile.rendezvous.address or hosts[0].address
+    port = str(profile.rendezvous.port or port_for_run(inputs.run_dir))
+    host_files = plan_files(inputs, host_run_dir)
+    mounted = (host_run_dir,) if profile.container is not None else ()  # a container needs it there first
+    nodes = []
+    for rank, host in enumerate(hosts):
+        context = NodeContext(node_rank=str(rank), master_addr=head, master_port=port)
+        argv = head_first(inputs, context, node_argv(inputs, context, host_run_dir, inputs.python), host_run_dir,
+                           inputs.python)
+        guarded = in_shell(inputs, contained(  # with a container, the guard runs in it too (its stdin passed on)
+            inputs, (inputs.python, "-m", HOST_GUARD, "--run-dir", host_run_dir, "--", *map(str, argv)), env,
+            host_run_dir, workdir), host_run_dir, after=rank == 0)  # `after` once: on the head
+        command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
+        line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
+                                         env=shown_env, argv=guarded, folders=mounted,
+                                         snapshot_in=host_run_dir if inputs.snapshot else None)
+        nodes.append(SshNode(
+            host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
+            stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
+            reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(
+                workdir, tuple(map(str, contained(inputs, (inputs.python,), env, host_run_dir, workdir))), host_run_dir,
+                setup=site_shell.setup_block(profile, host_run_dir), folders=mounted,
+                env=shown_env if mounted else ()))))
+    fetched = (LOGS, *((CHECK,) if inputs.checking else ()))
+    collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
+                                 recurse=True) for host in hosts)
+    after = () if inputs.checking else (
+        ssh.scp_argv(section, hosts[0], [f"{host_folder}/{name}" for name in (RESULT, METRICS)], inputs.run_dir),)
+    spec = PlanFile(path=str(PurePath(inputs.run_dir, SSH_JOB_SPEC)),
+                    text=spec_text(nodes, secret_names, collect=collect, after=after))
+    fan_out = NodeCommand(node_rank=0, argv=(inputs.here_python, "-m", FAN_OUT, spec.path), cwd=inputs.workdir,
+                          env=tuple((name, value) for name, value in env if name in secret_names))
+    ship = (remote_shell.pack_snapshot(inputs.run_dir), *(
+        step for host in hosts for step in (
+            ssh.ssh_argv(section, host, shlex.join(["mkdir", "-p", host_folder]) + " && "  # a stale copy never runs
+                         + shlex.join(["rm", "-rf", f"{host_folder}/{remote_shell.SNAPSHOT_FOLDER}"])),
+            ssh.scp_argv(section, host, [str(PurePath(inputs.run_dir, remote_shell.SNAPSHOT_TAR))],
+                         f"{host_folder}/{remote_shell.SNAPSHOT_TAR}", upload=True))))
+    return make_plan(inputs, env, SshJob(
+        node=fan_out, nodes=tuple(nodes), host_files=host_files, host_folder=host_folder, secret_names=secret_names,
+        files=(spec,), before_argv=ship if inputs.snapshot else (), collect_argv=collect, after_argv=after))

@@ -1,0 +1,181 @@
+"""Following a SLURM job from here: its state through scontrol, why it waits or was requeued, the end of a job
+whose every rank has ended, and the state recorded in its run folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launch.backends import State
+from launch.backends.slurm.state import JobState, job_state
+from launch.core.layout import REQUEUED
+from launch.errors import SubmitError
+from launch.runs import run_folder
+
+POLL_S = 1.0
+ENDED_GRACE_S = 20.0  # every rank has ended this long ago and SLURM still says RUNNING: launch ends the job
+
+
+WAITING_FOR = {"BeginTime": "SLURM holds a requeued job back for a while before it may start again",
+               "Resources": "waiting for free nodes", "Priority": "jobs of higher priority come first",
+               "NodeDown": "a node it needs is down", "ReqNodeNotAvail": "a node it needs is not available",
+               "Dependency": "waiting for the job it depends on", "JobHeldUser": "held (scontrol release)",
+               "JobHeldAdmin": "held by an administrator"}
+
+
+def waiting_for(reason: str) -> str:
+    return f"{reason}: {WAITING_FOR[reason]}" if reason in WAITING_FOR else reason
+
+
+def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str:
+    """Why SLURM requeued the job: a preemption, what the job said when it requeued itself, or a node that
+    failed (of ``nodes``, where it ran; of its partition when that is not known any more)."""
+    if state.preempted:
+        return "preempted by a job of higher priority"
+    said = run_folder.read_json(run_dir / REQUEUED) or {}
+    if said.get("restart") == state.restarts and "cause" in said:
+        return str(said["cause"])
+    known = nodes and nodes != "(null)"
+    down = _failed_nodes(["-n", nodes] if known else ["-p", state.partition] if state.partition else [])
+    if down:
+        return "; ".join(f"node {name} failed ({why})" for name, why in down)
+    return "requeued by hand (scontrol requeue) or by SLURM"
+
+
+def _failed_nodes(which: list[str]) -> list[tuple[str, str]]:
+    """Nodes (sinfo's ``which``: -n NODES or -p PARTITION) that are down, failing or not responding."""
+    if not which:
+        return []
+    done = subprocess.run(["sinfo", "-h", "-N", *which, "-o", "%N|%T|%E"], capture_output=True, text=True,
+                          timeout=60)
+    found: list[tuple[str, str]] = []
+    for line in done.stdout.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        failing = any(word in state.lower() for word in ("down", "drain", "fail", "not_responding"))
+        if (failing or state.endswith("*")) and name not in dict(found):
+            found.append((name, f"{state.lower()}: {reason}" if reason and reason != "none" else state.lower()))
+    return found
+
+
+def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
+    """Report the job's state changes and stream rank 0's log until the job ends; record how it ended."""
+    log = run_folder.rank_log_path(run_dir, 0)
+    position, waiting = 0, WaitingLine(live=sys.stdout.isatty())
+    last: tuple[str, str] = ("", "")
+    restarts, ran_on = 0, ""
+    while True:
+        current = job_state(job_id)
+        if current.state != "PENDING":
+            waiting.clear()
+        position = run_folder.copy_new_output(log, position)  # after the state: a job seen finished has written its log
+        if current.restarts > restarts:
+            waiting.clear()
+            print(f"job {job_id}: requeued ({requeue_cause(current, ran_on, run_dir)}; restart {current.restarts})",
+                  flush=True)
+            restarts, last = current.restarts, ("", "")
+        if current.state == "RUNNING":
+            ran_on = current.nodes
+        shown = f"{current.state} on {current.nodes}" if current.state == "RUNNING" else current.state
+        reason = current.reason if current.state == "PENDING" and current.reason != "None" else ""
+        if (shown, reason) != last:
+            waiting.clear()
+            print(f"job {job_id}: {shown.lower()}" + (f" ({waiting_for(reason)})" if reason else ""), flush=True)
+            last = (shown, reason)
+        if current.state == "PENDING":
+            waiting.show(reason)
+        if current.finished:
+            _record(run_dir, job_id, current, backend)
+            return current
+        stuck = _end_if_every_rank_ended(run_dir, job_id, current, backend)
+        if stuck is not None:
+            return stuck
+        time.sleep(POLL_S)
+
+
+class WaitingLine:
+    """While a job is queued, on a terminal: one line, redrawn in place, saying how long it has waited."""
+
+    def __init__(self, *, live: bool) -> None:
+        self.live = live
+        self.since: float | None = None
+
+    def show(self, reason: str) -> None:
+        self.since = self.since or time.monotonic()
+        if self.live:
+            sys.stdout.write("\r\x1b[K" + waiting_text(time.monotonic() - self.since, reason))
+            sys.stdout.flush()
+
+    def clear(self) -> None:
+        if self.live and self.since is not None:
+            sys.stdout.write("\r\x1b[K")
+            sys.stdout.flush()
+        self.since = None
+
+
+def waiting_text(waited_s: float, reason: str) -> str:
+    minutes, seconds = divmod(int(waited_s), 60)
+    return f"  waiting in the queue for {minutes}:{seconds:02d}" + (f" ({reason})" if reason else "")
+
+
+def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, backend: str) -> JobState | None:
+    """A job SLURM lists as running after every rank of this allocation has ended (a task's exit never reached
+    srun: a node cut off from the others) is ended here, ENDED_GRACE_S after the last rank, and recorded as
+    what its ranks say it was; the state recorded, or None while the job is not stuck."""
+    if current.state != "RUNNING" or current.started is None:
+        return None
+    world = (run_folder.read_json(run_dir / run_folder.STATE) or {}).get("world_size")
+    if not isinstance(world, int):
+        return None
+    notes = [note for note in run_folder.rank_notes(run_dir) if note.get("time", 0.0) >= current.started - 1]
+    if len(notes) < world or any(note.get("status") == "running" for note in notes):
+        return None
+    if time.time() - max(note.get("time", 0.0) for note in notes) < ENDED_GRACE_S:
+        return None
+    finished = all(note.get("status") == "finished" for note in notes)
+    print(f"job {job_id}: every rank ended over {ENDED_GRACE_S:.0f} s ago, but SLURM still lists the job as "
+          "running (a task's end never reached srun: is a node cut off?); ending it", flush=True)
+    subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
+    failure = run_folder.first_failure(run_dir)
+    ended = JobState(state="COMPLETED" if finished else "FAILED", nodes=current.nodes,
+                     exit_code=0 if finished else int((failure or {}).get("exit_code") or 1))
+    _record(run_dir, job_id, ended, backend)
+    return ended
+
+
+def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
+    status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
+    run_folder.close_rank_records(run_dir, cancelled=status == "cancelled")
+    world = (run_folder.read_json(run_dir / run_folder.STATE) or {}).get("world_size")
+    run_folder.write_json_atomic(run_dir / run_folder.STATE, {"backend": backend, "job_id": job_id, "status": status,
+                                                  "slurm_state": state.state, "exit_code": state.exit_code,
+                                                  "world_size": world, "updated": time.time()})
+
+
+def current_status(run_dir: Path, state: State) -> State:
+    """The recorded state of a SLURM run, refreshed from SLURM while the job is not known to be over."""
+    job_id = str(state.get("job_id", ""))
+    if state.get("status") not in ("submitted", "running") or not job_id:
+        return state
+    current = job_state(job_id)
+    if current.finished and current.state != "UNKNOWN":
+        _record(run_dir, job_id, current, str(state.get("backend")))
+        return run_folder.read_json(run_dir / run_folder.STATE) or state
+    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend"))) is not None:
+        return run_folder.read_json(run_dir / run_folder.STATE) or state
+    shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
+        else current.state.lower()
+    detail = []
+    if current.restarts:
+        detail.append(f"requeued {current.restarts} time(s), last: {requeue_cause(current, current.nodes, run_dir)}")
+    if current.state == "PENDING" and current.reason not in ("", "None"):
+        detail.append(f"waiting: {waiting_for(current.reason)}")
+    return {**state, "status": shown, "nodes": current.nodes, "detail": "; ".join(detail)}
+
+
+def cancel(job_id: str) -> None:
+    done = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise SubmitError(f"scancel {job_id}: {done.stderr.strip() or 'failed'}")

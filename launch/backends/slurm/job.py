@@ -1,0 +1,92 @@
+"""SLURM's jobs and how a plan builds them: the batch script (sbatch launcher) and the submitit job (one task
+per process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import ClassVar
+
+from launch.backends.slurm import sbatch_script
+from launch.backends.slurm.submitit_job import submitit_job
+from launch.core.commands import NodeCommand, PlanFile
+from launch.core.plan import (LaunchPlan, PlanInputs, code_job_name, contained, head_first, make_plan, node_argv,
+                              plan_env, plan_files)
+from launch.core.profile import Profile
+from launch.core.rendezvous import SLURM_NODE_ID
+from launch.core.shell import EnvRef
+from launch.errors import LaunchError
+from launch.launchers.context import NodeContext
+
+ARRAY_SCRIPT = "array.sbatch"  # a sweep's array script, in the sweep folder
+
+@dataclass(frozen=True, kw_only=True)
+class SbatchJob:
+    """A batch script whose one task per node runs the node's launcher command."""
+
+    backend: ClassVar[str] = "sbatch"
+    node: NodeCommand  # the same on every node: the node rank and head come from the task
+    files: tuple[PlanFile, ...]
+    submit_argv: tuple[str, ...]
+
+
+def requeue_signals(profile: Profile) -> str:
+    """What a SLURM task through submitit treats as 'checkpoint, then stop': the requeue signal and SIGTERM."""
+    return f"SIG{profile.slurm.requeue_signal if profile.slurm is not None else 'USR2'},SIGTERM"
+
+
+def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
+    node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
+                       master_port=EnvRef("MASTER_PORT"))
+    argv = head_first(inputs, node, node_argv(inputs, node, inputs.run_dir, inputs.python), inputs.run_dir,
+                       inputs.python)
+    return NodeCommand(node_rank=0, argv=contained(inputs, argv, env, inputs.run_dir, inputs.workdir), env=env,
+                       cwd=inputs.workdir)
+
+
+def build_sbatch(inputs: PlanInputs) -> LaunchPlan:
+    """A batch script whose task per node starts the node's launcher (torchrun, accelerate launch)."""
+    env = plan_env(inputs, inputs.run_dir)
+    node = _node(inputs, env)
+    script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
+    script = sbatch_script.render_script(inputs.profile, node, job_name=code_job_name(inputs), run_dir=inputs.run_dir,
+                                  python=inputs.setup_python)
+    files = (*plan_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
+    return make_plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
+
+
+def build_submitit(inputs: PlanInputs) -> LaunchPlan:
+    """A submitit job: one task per process, each running the code in a child process."""
+    if inputs.accelerate_config is not None:  # its tasks run the code itself, without `accelerate launch`
+        raise LaunchError(f"--accelerate-config {inputs.accelerate_config.path}: `accelerate launch` reads it, which "
+                          "the submitit launcher does not run (one task per process)",
+                          "use --launcher sbatch: one task per node starts `accelerate launch` with your file")
+    env = plan_env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
+    return make_plan(inputs, env, submitit_job(inputs.profile, job_name=code_job_name(inputs), run_dir=inputs.run_dir,
+                                           code=inputs.code, env=env, workdir=inputs.workdir,
+                                           python=inputs.python, setup_python=inputs.setup_python))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArrayJob:
+    """One SLURM job array whose element K runs point K's plan."""
+
+    files: tuple[PlanFile, ...] = ()  # written into the sweep folder before it is submitted
+    script: str = ""  # the sbatch launcher's array script
+    parameters: tuple[tuple[str, object], ...] = ()  # the submitit launcher's executor, for the whole array
+    folder: str = ""  # the submitit launcher's folder
+
+    def submit_argv(self, indices: tuple[int, ...], max_parallel: int) -> tuple[str, ...]:
+        """sbatch's command for the elements ``indices`` (the sbatch launcher)."""
+        return ("sbatch", "--parsable", f"--array={array_spec(indices, max_parallel)}", self.script)
+
+
+def array_spec(indices: tuple[int, ...], max_parallel: int) -> str:
+    """sbatch's --array value: ``0-3%2``, ``1,5-6%2``."""
+    ranges: list[str] = []
+    for index in sorted(indices):
+        if ranges and ranges[-1].split("-")[-1] == str(index - 1):
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{index}"
+        else:
+            ranges.append(str(index))
+    return ",".join(ranges) + f"%{max_parallel}"

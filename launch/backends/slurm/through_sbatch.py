@@ -1,0 +1,106 @@
+"""SLURM through a batch script: one task per node starts the node's launcher (torchrun, accelerate launch); a
+sweep is one job array whose element K runs point K's script."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+from launch.backends.slurm import sbatch_script
+from launch.backends.slurm.backend import SlurmBackend, sbatch_reason, secrets
+from launch.backends.slurm.job import ARRAY_SCRIPT, ArrayJob, SbatchJob, array_spec, build_sbatch
+from launch.core.commands import PlanFile
+from launch.core.plan import LaunchPlan, PlanInputs, job_name
+from launch.core.plan_text import file_lines, node_lines
+from launch.errors import SubmitError
+
+if TYPE_CHECKING:
+    from launch.sweeps.sweep_plan import SweepPlan
+
+
+def _submit(plan: LaunchPlan) -> str:
+    job = plan.job
+    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
+    return _sbatch(job.submit_argv, cwd=job.node.cwd, secrets=secrets(job.node.env, plan.profile.secrets))
+
+
+def _sbatch(argv: tuple[str, ...], *, cwd: str, secrets: dict[str, str]) -> str:
+    """sbatch's job id for ``argv`` (``--parsable``); its refusal as one line."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, cwd=cwd, env={**os.environ, **secrets},
+                              timeout=120)
+    except FileNotFoundError:
+        raise SubmitError("sbatch: not found on this machine", "run submit where SLURM's commands are") from None
+    if done.returncode != 0:
+        raise SubmitError(f"sbatch refused the job: {sbatch_reason(done.stderr)}")
+    job_id = done.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SubmitError(f"sbatch printed no job id: {done.stdout.strip()!r}")
+    return job_id
+
+
+def _submit_array(sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+    """The points ``indices`` as one job array of the sweep's array script; each point's element id."""
+    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+    first = sweep.plans[indices[0]]
+    job = first.job
+    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
+    array_id = _sbatch(sweep.array.submit_argv(indices, sweep.max_parallel), cwd=job.node.cwd,
+                       secrets=secrets(job.node.env, first.profile.secrets))
+    return {index: f"{array_id}_{index}" for index in indices}
+
+
+def _render(plan: LaunchPlan) -> list[str]:
+    job = plan.job
+    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
+    return [*node_lines(job.node, "every node (one SLURM task per node)", plan.profile.secrets),
+            *file_lines(job.files), "", f"submitted with: {shlex.join(job.submit_argv)}"]
+
+
+def _render_array(sweep: SweepPlan) -> list[str]:
+    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+    argv = sweep.array.submit_argv(tuple(range(len(sweep.points))), sweep.max_parallel)
+    return [f"one job array of {len(sweep.points)} elements, at most {sweep.max_parallel} running at once; element K "
+            f"runs point K's own job.sbatch (below: point 0's)", f"  submitted with: {shlex.join(argv)}",
+            *file_lines(sweep.array.files)]
+
+
+def _array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
+    script = str(PurePath(folder, ARRAY_SCRIPT))
+    first = plans[0]
+    text = sbatch_script.render_array_script(first.profile, job_name=job_name(first.profile, "sweep"), sweep_dir=folder,
+                                             scripts=[_point_script(plan) for plan in plans],
+                                             spec=array_spec(tuple(range(len(plans))), parallel))
+    return ArrayJob(files=(PlanFile(path=script, text=text, executable=True),), script=script)
+
+
+def _point_script(plan: LaunchPlan) -> str:
+    return next(file.path for file in plan.files if file.path.endswith("job.sbatch"))
+
+
+class SbatchBackend(SlurmBackend):
+    name = "sbatch"
+
+    def build(self, inputs: PlanInputs) -> LaunchPlan:
+        return build_sbatch(inputs)
+
+    def submit(self, plan: LaunchPlan) -> str:
+        return _submit(plan)
+
+    def render(self, plan: LaunchPlan) -> list[str]:
+        return _render(plan)
+
+    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
+        return _array(plans, folder, parallel)
+
+    def submit_array(self, sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+        return _submit_array(sweep, indices)
+
+    def render_array(self, sweep: SweepPlan) -> list[str]:
+        return _render_array(sweep)
+
+
+BACKEND = SbatchBackend()

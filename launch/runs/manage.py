@@ -1,0 +1,96 @@
+"""A run after submit: found from what the user types (a folder, its name under runs/, a SLURM job id), and its
+status, logs, cancel and report, whether it is one run or a sweep of them. Each run's backend answers for it,
+through the record in its folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from launch import backends
+from launch.core.layout import METRICS
+from launch.errors import LaunchError
+from launch.runs import run_folder
+from launch.sweeps import sweep_plan as sweep
+
+
+def find_run(given: str, runs: Path) -> Path:
+    """A run folder, its name under ``runs``, or the SLURM job id of a run under ``runs``."""
+    for candidate in (Path(given), runs / given):
+        if (candidate / run_folder.PLAN_TEXT).is_file():
+            return candidate
+    if given.isdigit():
+        for state_file in sorted(runs.glob(f"*/{run_folder.STATE}")):
+            if str((run_folder.read_json(state_file) or {}).get("job_id")) == given:
+                return state_file.parent
+    raise LaunchError(f"{given}: not a run folder (no {run_folder.PLAN_TEXT}) nor the job id of a run under runs/",
+                      "give the folder or job id `submit` printed")
+
+
+def status_text(run_dir: Path) -> str:
+    """A run's state (and first failure, and result), or a sweep's table of points."""
+    if sweep.is_sweep(run_dir):
+        from launch.sweeps.runner import status_table
+
+        return status_table(run_dir)
+    state = backends.status(run_dir)
+    code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
+    lines = [f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else "")]
+    if state.get("status") == "failed" and run_folder.first_failure(run_dir) is not None:
+        lines += [*run_folder.failure_details(run_dir),
+                  run_folder.failure_message(run_dir, int(state.get("exit_code") or 1))]
+    if (run_dir / run_folder.RESULT).is_file():
+        lines.append(run_folder.result_summary(run_dir))
+    return "\n".join(lines)
+
+
+def print_logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
+    if sweep.is_sweep(run_dir):
+        first = next(iter(sweep.point_folders(run_dir)), (0, "", run_dir))[2]
+        raise LaunchError(f"logs {run_dir}: a sweep; its logs are its points'", f"give a point's folder, e.g. {first}")
+    backends.logs(run_dir, rank=rank, follow=follow)
+
+
+def cancel(run_dir: Path) -> str:
+    """Cancel the run (or every running point of a sweep); what was done, or LaunchError when nothing runs."""
+    if sweep.is_sweep(run_dir):
+        from launch.sweeps.runner import cancel_sweep
+
+        if not cancel_sweep(run_dir):
+            raise LaunchError(f"{run_dir}: no point of this sweep is running, nothing to cancel")
+        return f"{run_dir}: cancel requested for every running point"
+    if not backends.cancel(run_dir):
+        raise LaunchError(f"{run_dir}: not running, nothing to cancel")
+    return f"{run_dir}: cancel requested"
+
+
+def report(given: list[str], runs: Path, output: Path, write_new: Callable[[Path, Callable[[BinaryIO], Any]], None]
+           ) -> str:
+    """Loss and accuracy curves of runs (a sweep's points ranked, best first) drawn into ``output``, a new PNG;
+    the summary table."""
+    from launch.runs import report as plots
+
+    if output.suffix.lower() != ".png":
+        raise LaunchError(f"--output {output}: must end in .png")
+    curves = []
+    for name in given:
+        folder = _folder_with_metrics(name, runs)
+        if sweep.is_sweep(folder):  # every point that logged something, best first
+            found = [plots.read_run(run_dir, name=f"p{index} {values}")
+                     for index, values, run_dir in sweep.point_folders(folder) if (run_dir / METRICS).is_file()]
+            curves += plots.ranked(found)
+        else:
+            curves.append(plots.read_run(folder))
+    write_new(output, lambda sink: plots.plot(curves, sink))
+    return plots.summary_table(curves)
+
+
+def _folder_with_metrics(given: str, runs: Path) -> Path:
+    """A run folder as ``find_run`` finds one, or any folder an entrypoint wrote into (`--run-dir`)."""
+    try:
+        return find_run(given, runs)
+    except LaunchError:
+        if Path(given).is_dir():
+            return Path(given)
+        raise
