@@ -34,6 +34,11 @@ BACKENDS: dict[str, str] = {  # name -> "module:object"
     "gcloud": "launch.backends.gcloud.backend:BACKEND",
     "ssh": "launch.backends.ssh.backend:BACKEND",
 }
+SECTIONS: dict[str, str] = {  # a profile section -> "module:function" that checks it, each problem one line
+    "slurm": "launch.backends.slurm.profile_checks:check_slurm",
+    "ssh": "launch.backends.ssh.profile_checks:check_ssh",
+    "tpu": "launch.backends.gcloud.profile_checks:check_tpu",
+}
 RENAMED = {"slurm": "sbatch", "tpu": "gcloud"}  # what older run folders' state.json calls a backend
 ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
           "requeue_fed", "suspended", "resizing", "signaling", "stage_out"}
@@ -118,8 +123,17 @@ def for_profile(profile: Profile, launcher: str = "submitit") -> Backend:
 
 
 def get(name: str) -> Backend:
-    module, _, attribute = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+    return _load(BACKENDS[name])  # type: ignore[no-any-return]
+
+
+def section_check(section: str) -> Callable[[Profile, Any], list[str]]:
+    """The check of a profile's backend section (``slurm``, ``ssh``, ``tpu``): (profile, section) -> problems."""
+    return _load(SECTIONS[section])  # type: ignore[no-any-return]
+
+
+def _load(where: str) -> Any:  # noqa: ANN401 - a backend or a check, named "module:object"
+    module, _, attribute = where.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def recorded(run_dir: Path) -> tuple[Backend, State]:

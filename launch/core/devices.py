@@ -16,3 +16,8 @@ def default_dist_backend(device_type: str) -> str:
 def xla_unavailable() -> str:
     """What is wrong where torch_xla cannot be imported (for submit's own check and for the job)."""
     return f"device xla needs torch_xla, which {sys.executable} cannot import"
+
+
+def xla_import_failure(error: BaseException) -> str:
+    """In the job, where ``import torch_xla`` failed with ``error``: what is wrong, why, and how to install it."""
+    return f"{xla_unavailable()} ({error}); {XLA_INSTALL_HINT}"

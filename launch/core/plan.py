@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     pass
 
 PROBE = "launch.diagnostics.probe"  # what `launch check` runs instead of the code
+NODE_REACH = "launch.diagnostics.node_reach"  # `launch check` on sbatch and ssh: before each node's launcher
 WORKER = "launch.runtime.worker"  # what runs the code in each process (python -m launch.runtime.worker SCRIPT ARGS)
 XLA_WORKER = "launch.runtime.xla_worker"  # on XLA hosts: the code once per local device, through torch_xla's launcher
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
@@ -238,7 +239,7 @@ def head_first(inputs: PlanInputs, node: NodeContext, argv: tuple[Arg, ...], run
     reaches the head (named, at once, instead of a rendezvous that times out)."""
     if not inputs.checking or node.master_addr is None or node.master_port is None:
         return argv
-    return (python, "-m", PROBE, "--node", node.node_rank, "--nodes", str(inputs.profile.nodes),
+    return (python, "-m", NODE_REACH, "--node", node.node_rank, "--nodes", str(inputs.profile.nodes),
             "--head", node.master_addr, "--port", node.master_port, "--run-dir", run_dir, "--", *argv)
 
 

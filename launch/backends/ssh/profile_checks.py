@@ -1,0 +1,43 @@
+"""What a profile's ``ssh:`` section may say: hosts ssh can be given, one node each, and options and folders that
+stay single words and lines; each problem as one line naming its key."""
+
+from __future__ import annotations
+
+import re
+
+from launch.backends.ssh import commands as ssh
+from launch.core.profile import Profile, SshSection
+from launch.errors import CONTROL_CHARACTERS
+
+
+def check_ssh(profile: Profile, section: SshSection) -> list[str]:
+    """Hosts ssh can be given, one node each, and options that stay single words and lines."""
+    problems = []
+    for index, host in enumerate(section.hosts):
+        try:
+            ssh.parse_host(host)
+        except ValueError as error:
+            problems.append(f"ssh.hosts[{index}]: {error}")
+    if not section.hosts:
+        problems.append("ssh.hosts: required, the machines in rank order (or ssh.hostfile: a file of them)")
+    elif len(section.hosts) != profile.nodes:
+        problems.append(f"nodes: {profile.nodes}, but ssh.hosts lists {len(section.hosts)} host(s); one node runs "
+                        f"on each host: set nodes: {len(section.hosts)}")
+    for key, value in section.options.items():
+        problem = ssh.check_option(key, value)
+        if problem:
+            problems.append(f"ssh.options.{key}: {problem}")
+    for key in ("workdir", "runs_dir", "identity_file", "jump_host"):  # python: site_shell.check_shell
+        value = getattr(section, key)
+        if value is not None and (not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-")):
+            problems.append(f"ssh.{key}: must be a non-empty single line, not starting with '-'")
+        elif key in ("workdir", "runs_dir") and value is not None and value.startswith("~"):
+            problems.append(f"ssh.{key}: {value!r}: write it without '~' (a relative path is from the ssh user's "
+                            f"home{' for workdir, from workdir for runs_dir' if key == 'runs_dir' else ''})")
+        elif key in ("workdir", "runs_dir") and value is not None and not ssh.SAFE_PATH.match(value):
+            problems.append(f"ssh.{key}: {value!r} has characters scp cannot carry unchanged (spaces, quotes, shell "
+                            "or glob characters)")
+    address = profile.rendezvous.address
+    if address is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._:-]*", address):
+        problems.append(f"rendezvous.address: {address!r} is not a host name or address")
+    return problems
