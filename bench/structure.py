@@ -16,8 +16,8 @@ from pathlib import Path
 
 NAMES = ("local", "slurm", "ssh", "tpu", "gcloud", "sbatch", "submitit")
 _NAMED = "|".join(NAMES)
-BRANCH = re.compile(  # a comparison with a kind or backend name, a kind/backend attribute compared, a hasattr probe
-    rf"""(==|!=|\bin)\s*[(\[{{]?\s*["']({_NAMED})["']|\.(kind|backend)\s*(==|!=|\bin\b)|\bhasattr\([^,]*backend""")
+BRANCH = re.compile(  # a comparison with a kind or backend name, a backend's profile section tested, a hasattr probe
+    rf"""(==|!=|\bin)\s*[(\[{{]?\s*["']({_NAMED})["']|\.(slurm|ssh|tpu)\s+is\b|\bhasattr\([^,]*backend""")
 EXEMPT = ("backends/", "core/profile_loader.py", "profile_loader.py")  # where deciding by backend belongs, and
 # the loader's validation of which sections a kind needs
 

@@ -15,6 +15,9 @@ LOGS = "logs"
 CHECKPOINTS = "checkpoints"
 LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
 REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)
+NODE_SETUP_PREFIX = "node-setup-"  # logs/node-setup-HOST.log, and .json where a node's node_setup failed
+# Said of a rank killed by SIGKILL: in its record (the worker) and in the failure report (the host side).
+OOM_HINT = "the kernel's out-of-memory killer is a common cause"
 
 
 def rank_log_path(run_dir: str | Path, rank: int) -> Path:
@@ -30,6 +33,17 @@ def rank_times_path(run_dir: str | Path, rank: int) -> Path:
 def rank_state_path(run_dir: str | Path, rank: int | str) -> Path:
     """Where each rank records its pid when it starts, and how it ended (finished, failed, stopped)."""
     return Path(run_dir) / LOGS / f"rank-{rank}.json"
+
+
+def node_setup_log_path(run_dir: str | Path, host: str) -> Path:
+    """Where a node's ``node_setup`` output goes; a failure is recorded beside it (``.json``)."""
+    return Path(run_dir) / LOGS / f"{NODE_SETUP_PREFIX}{host}.log"
+
+
+def node_setup_failures(run_dir: str | Path) -> list[dict[str, object]]:
+    """The nodes whose set-up failed, as recorded (host, exit_code, tail), by host."""
+    found = [read_json(path) for path in sorted((Path(run_dir) / LOGS).glob(f"{NODE_SETUP_PREFIX}*.json"))]
+    return [note for note in found if note is not None]
 
 
 def latest_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:

@@ -241,17 +241,3 @@ def head_first(inputs: PlanInputs, node: NodeContext, argv: tuple[Arg, ...], run
         return argv
     return (python, "-m", NODE_REACH, "--node", node.node_rank, "--nodes", str(inputs.profile.nodes),
             "--head", node.master_addr, "--port", node.master_port, "--run-dir", run_dir, "--", *argv)
-
-
-def job_name(profile: Profile, what: str) -> str:
-    """SLURM's name for a job (or a sweep's array): the profile's slurm.job_name, else "PROFILE-WHAT"."""
-    if profile.slurm is not None and profile.slurm.job_name:
-        return profile.slurm.job_name
-    return f"{profile.name}-{what}"
-
-
-def code_job_name(inputs: PlanInputs) -> str:
-    code = inputs.code
-    what = "check" if inputs.checking else inputs.strategy.name if inputs.bundled else \
-        PurePath(code.script or "").stem or str(code.module)
-    return job_name(inputs.profile, what)

@@ -126,12 +126,6 @@ class Profile:
         return self.nodes * self.procs_per_node
 
     @property
-    def gpus_per_node(self) -> int | None:
-        """GPUs to ask of SLURM per node: the profile's number, else one per process on cuda."""
-        asked = self.slurm.gpus_per_node if self.slurm is not None else None
-        return asked if asked is not None else (self.procs_per_node if self.device == "cuda" else None)
-
-    @property
     def has_shell(self) -> bool:
         """Whether the user's shell surrounds the job (modules, setup, node_setup or after)."""
         return bool(self.modules or self.module_purge or self.setup or self.node_setup or self.after)

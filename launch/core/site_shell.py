@@ -14,7 +14,7 @@ import shlex
 from dataclasses import replace
 from pathlib import PurePosixPath
 
-from launch.errors import CONTROL_CHARACTERS, did_you_mean
+from launch.errors import CONTROL_CHARACTERS
 from launch.core.layout import LOGS
 from launch.core.profile import Profile
 
@@ -114,7 +114,6 @@ def wrapped(profile: Profile, argv: str, *, run_dir: str, python: str) -> str:
     return "\n".join([*lines, *after_block(profile), 'exit "$launch_status"']) + "\n"
 
 
-REQUEUE_SIGNALS = ("USR1", "USR2")  # slurm.requeue_signal: what frameworks watch for (submitit USR2, Lightning USR1)
 _MODULE_NAME = re.compile(r"[A-Za-z0-9_.+][A-Za-z0-9_.+/@:,-]*\Z")
 _LINE_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # a shell line may hold tabs and newlines, nothing else
 
@@ -122,15 +121,7 @@ _LINE_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # a shell line may hold
 def check_shell(profile: Profile) -> list[str]:
     """Problems with python, modules, setup, node_setup and after, each as 'key: message'."""
     problems = []
-    section_name, section = ("ssh", profile.ssh) if profile.ssh is not None else ("tpu", profile.tpu)
-    old = section.python if section is not None else None
-    for key, value in (("python", profile.python), (f"{section_name}.python", old)):
-        if value is not None and (not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-")):
-            problems.append(f"{key}: must be a non-empty single line, not starting with '-' (a path, or a name "
-                            "found on PATH after modules and setup)")
-    if profile.python is not None and old is not None and old != profile.python:
-        problems.append(f"{section_name}.python: {old!r} is the old spelling of python ({profile.python!r}); keep "
-                        "python only")
+    problems += _check_python("python", profile.python)
     for index, name in enumerate(profile.modules):
         if not _MODULE_NAME.match(name):
             problems.append(f"modules[{index}]: {name!r} is not a module name (like gcc/12.2 or cuda/12.1: no "
@@ -142,9 +133,20 @@ def check_shell(profile: Profile) -> list[str]:
             elif _LINE_CONTROL.search(line):
                 problems.append(f"{key}[{index}]: holds a control character; a shell line may hold tabs and "
                                 "newlines only")
-    slurm = profile.slurm
-    if slurm is not None and slurm.requeue_signal not in REQUEUE_SIGNALS:
-        problems.append(f"slurm.requeue_signal: {slurm.requeue_signal!r} is not allowed;"
-                        f"{did_you_mean(slurm.requeue_signal.removeprefix('SIG'), REQUEUE_SIGNALS)} "
-                        f"allowed: {', '.join(REQUEUE_SIGNALS)}")
+    return problems
+
+
+def _check_python(key: str, value: str | None) -> list[str]:
+    if value is not None and (not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-")):
+        return [f"{key}: must be a non-empty single line, not starting with '-' (a path, or a name found on PATH "
+                "after modules and setup)"]
+    return []
+
+
+def check_section_python(profile: Profile, section_name: str, old: str | None) -> list[str]:
+    """A backend section's own ``python`` (``ssh.python``, ``tpu.python``: the old spelling of ``python``)."""
+    problems = _check_python(f"{section_name}.python", old)
+    if profile.python is not None and old is not None and old != profile.python:
+        problems.append(f"{section_name}.python: {old!r} is the old spelling of python ({profile.python!r}); keep "
+                        "python only")
     return problems

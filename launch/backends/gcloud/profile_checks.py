@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from launch.core.profile import Profile, TpuSection
+from launch.core.site_shell import check_section_python
 from launch.core.secrets import looks_secret
 from launch.errors import CONTROL_CHARACTERS
 
@@ -20,8 +21,9 @@ _TPU_NAMES = (  # what gcloud compute tpus tpu-vm accepts
 
 def check_tpu(profile: Profile, tpu: TpuSection) -> list[str]:
     """Names as gcloud accepts them, and hosts reachable the way the profile says."""
-    problems = [f"tpu.{key}: {getattr(tpu, key)!r} {rule}" for key, pattern, rule in _TPU_NAMES
-                if getattr(tpu, key) is not None and not pattern.match(getattr(tpu, key))]
+    problems = check_section_python(profile, "tpu", tpu.python)
+    problems += [f"tpu.{key}: {getattr(tpu, key)!r} {rule}" for key, pattern, rule in _TPU_NAMES
+                 if getattr(tpu, key) is not None and not pattern.match(getattr(tpu, key))]
     if tpu.workers != profile.nodes:
         problems.append(f"tpu.workers: must equal nodes (one node per TPU host), got {tpu.workers} "
                         f"workers and {profile.nodes} nodes")

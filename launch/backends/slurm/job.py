@@ -10,7 +10,7 @@ from typing import ClassVar
 from launch.backends.slurm import sbatch_script
 from launch.backends.slurm.submitit_job import submitit_job
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.plan import (LaunchPlan, PlanInputs, code_job_name, contained, head_first, make_plan, node_argv,
+from launch.core.plan import (LaunchPlan, PlanInputs, contained, head_first, make_plan, node_argv,
                               plan_env, plan_files)
 from launch.core.profile import Profile
 from launch.core.rendezvous import SLURM_NODE_ID
@@ -19,6 +19,20 @@ from launch.errors import LaunchError
 from launch.launchers.context import NodeContext
 
 ARRAY_SCRIPT = "array.sbatch"  # a sweep's array script, in the sweep folder
+
+def job_name(profile: Profile, what: str) -> str:
+    """SLURM's name for a job (or a sweep's array): the profile's slurm.job_name, else "PROFILE-WHAT"."""
+    if profile.slurm is not None and profile.slurm.job_name:
+        return profile.slurm.job_name
+    return f"{profile.name}-{what}"
+
+
+def _job_name(inputs: PlanInputs) -> str:
+    code = inputs.code
+    what = "check" if inputs.checking else inputs.strategy.name if inputs.bundled else \
+        PurePath(code.script or "").stem or str(code.module)
+    return job_name(inputs.profile, what)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SbatchJob:
@@ -49,7 +63,7 @@ def build_sbatch(inputs: PlanInputs) -> LaunchPlan:
     env = plan_env(inputs, inputs.run_dir)
     node = _node(inputs, env)
     script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
-    script = sbatch_script.render_script(inputs.profile, node, job_name=code_job_name(inputs), run_dir=inputs.run_dir,
+    script = sbatch_script.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,
                                   python=inputs.setup_python)
     files = (*plan_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
     return make_plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
@@ -62,7 +76,7 @@ def build_submitit(inputs: PlanInputs) -> LaunchPlan:
                           "the submitit launcher does not run (one task per process)",
                           "use --launcher sbatch: one task per node starts `accelerate launch` with your file")
     env = plan_env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
-    return make_plan(inputs, env, submitit_job(inputs.profile, job_name=code_job_name(inputs), run_dir=inputs.run_dir,
+    return make_plan(inputs, env, submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir,
                                            code=inputs.code, env=env, workdir=inputs.workdir,
                                            python=inputs.python, setup_python=inputs.setup_python))
 

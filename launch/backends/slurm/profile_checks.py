@@ -18,6 +18,7 @@ from launch.backends.slurm.sbatch_script import (
 # 100 s before a 2 min limit, a requeued job got it as it started, before its tasks could handle it (they
 # died); with 60 s, each allocation ran 20 to 60 s before the signal.
 MIN_RUN_BEFORE_SIGNAL_S = 60
+REQUEUE_SIGNALS = ("USR1", "USR2")  # slurm.requeue_signal: what frameworks watch for (submitit USR2, Lightning USR1)
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 _SRUN_ARG = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(=.+)?\Z", re.DOTALL)
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
@@ -25,7 +26,10 @@ _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 def check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
     """Problems with the slurm section's values, each as 'slurm.key: message'."""
-    problems = [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
+    problems = [] if slurm.requeue_signal in REQUEUE_SIGNALS else [
+        f"slurm.requeue_signal: {slurm.requeue_signal!r} is not allowed;"
+        f"{did_you_mean(slurm.requeue_signal.removeprefix('SIG'), REQUEUE_SIGNALS)} allowed: {', '.join(REQUEUE_SIGNALS)}"]
+    problems += [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
                 for key in ("time_min", "cpus_per_task")
                 if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
     if isinstance(slurm.mem_gb, int) and slurm.mem_gb < 1:

@@ -81,12 +81,18 @@ def managed_option(option: str) -> str | None:
     return None
 
 
+def gpus_per_node(profile: Profile) -> int | None:
+    """GPUs to ask of SLURM per node: the profile's number, else one per process on cuda."""
+    asked = profile.slurm.gpus_per_node if profile.slurm is not None else None
+    return asked if asked is not None else (profile.procs_per_node if profile.device == "cuda" else None)
+
+
 def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tuple[str, str | None]]:
     """``#SBATCH`` options as (name, value) pairs; value None for a bare flag."""
     slurm = profile.slurm
     if slurm is None:
         raise ValueError(f"profile {profile.name} has no slurm section")
-    gpus = profile.gpus_per_node
+    gpus = gpus_per_node(profile)
     if _UNSAFE_IN_DIRECTIVES & set(run_dir):
         raise LaunchError(f"--run-dir {run_dir}: a SLURM run folder cannot hold spaces, quotes, '\\' or '%' "
                           "(sbatch reads it from #SBATCH lines)")

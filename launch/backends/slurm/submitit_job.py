@@ -12,7 +12,7 @@ from launch.core import site_shell
 from launch.core.commands import PlanFile
 from launch.core.profile import Profile
 from launch.core.rendezvous import PORT_BASE, PORT_SPAN
-from launch.backends.slurm.sbatch_script import env_exports, node_setup_step
+from launch.backends.slurm.sbatch_script import env_exports, gpus_per_node, node_setup_step
 from launch.runtime.worker import Target
 
 
@@ -52,7 +52,7 @@ def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | N
     slurm = profile.slurm
     if slurm is None:
         raise ValueError(f"profile {profile.name} has no slurm section")
-    gpus = profile.gpus_per_node
+    gpus = gpus_per_node(profile)
     # submitit writes --signal=USR2@delay itself; another requeue signal is asked for here, and each task's
     # submitit told it through SUBMITIT_PREEMPT_SIGNAL (exported by the batch script, read when it starts)
     signal = {} if slurm.requeue_signal == "USR2" else {"signal": f"{slurm.requeue_signal}@{slurm.signal_delay_s}"}

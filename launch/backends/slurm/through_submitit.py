@@ -14,9 +14,9 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from launch.backends.slurm.backend import SlurmBackend, sbatch_reason, secrets
-from launch.backends.slurm.job import ArrayJob, build_submitit
+from launch.backends.slurm.job import ArrayJob, build_submitit, job_name
 from launch.backends.slurm.submitit_job import SubmititJob
-from launch.core.plan import LaunchPlan, PlanInputs, job_name
+from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import env_lines
 from launch.core.secrets import looks_secret
 from launch.errors import SubmitError

@@ -7,12 +7,13 @@ import re
 
 from launch.backends.ssh import commands as ssh
 from launch.core.profile import Profile, SshSection
+from launch.core.site_shell import check_section_python
 from launch.errors import CONTROL_CHARACTERS
 
 
 def check_ssh(profile: Profile, section: SshSection) -> list[str]:
     """Hosts ssh can be given, one node each, and options that stay single words and lines."""
-    problems = []
+    problems = check_section_python(profile, "ssh", section.python)
     for index, host in enumerate(section.hosts):
         try:
             ssh.parse_host(host)
