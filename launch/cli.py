@@ -16,7 +16,7 @@ from launch.core.profile_loader import bundled_profile_names, load_profile, prof
 from launch.errors import LaunchError
 from launch.launchers.strategies import STRATEGIES
 from launch.runner import RUNS, write_new
-from launch.runs import manage
+from launch import follow_up
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,55 +34,7 @@ def _parser() -> argparse.ArgumentParser:
                                  "versions, network and link to the head, and a verdict"),
                        ("sweep", "run the plan once per point of a grid (a SLURM job array); `sweep retry SWEEP "
                                  "--failed` runs its failed points again")):
-        extra = {"submit": " [--detach] [--resume] [--check]",
-                 "sweep": " --grid KEY=V1,V2 [--grid ...] [--grid-file F] [--max-parallel N] [--detach]",
-                 "render": " [--grid KEY=V1,V2 ...]"}.get(name, "")
-        command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P [--strategy S] "
-                                      "[--script FILE | --module NAME] [--run-dir D] [--launcher submitit|sbatch] "
-                                      "[--max-restarts N] [--expand-args]" + extra + " [-- ARGS]")
-        command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
-        command.add_argument("--strategy", default="ddp", help="; ".join(
-            f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()) + " (default ddp)")
-        code = command.add_mutually_exclusive_group()
-        code.add_argument("--script", metavar="FILE", help="your training script, started in every process as "
-                          "`torchrun FILE ARGS` (or `accelerate launch FILE ARGS`) would start it")
-        code.add_argument("--module", metavar="NAME", help="your training module (pkg.train), as `python -m NAME "
-                          "ARGS`, imported from this folder")
-        command.add_argument("--run-dir", help="run folder (default: a new one under runs/); of a sweep: the "
-                                               "sweep folder, each point's run folder inside it")
-        command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
-                             help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
-                                  "batch script whose task per node runs torchrun / accelerate launch)")
-        command.add_argument("--no-snapshot", action="store_true",
-                             help="SLURM and TPU hosts: run the live files, not the copy of your script's project "
-                                  "that is otherwise taken at submit (the git work tree, or the script's folder)")
-        command.add_argument("--max-restarts", type=int, default=0, metavar="N",
-                             help="local profiles: restart the workers up to N times after a failure (torchrun's "
-                                  "elastic restarts); they continue from the last checkpoint")
-        command.add_argument("--accelerate-config", metavar="FILE",
-                             help="--strategy accelerate: your own accelerate config (DeepSpeed, FSDP, mixed "
-                                  "precision, ...); launch fills in machines, processes, ranks, head and port "
-                                  "(default: the profile's accelerate_config, else one generated from it)")
-        command.add_argument("--expand-args", action="store_true",
-                             help="expand ${NAME} in ARGS in each process, from its environment (${SLURM_JOB_ID}, "
-                                  "${RANK}); without it ARGS reach the code byte for byte")
-        if name in ("render", "sweep"):
-            command.add_argument("--grid", action="append", metavar="KEY=V1,V2",
-                                 help="sweep: KEY's values, each point gets --KEY VALUE after ARGS (repeatable: the "
-                                      "points are the cartesian product)")
-            command.add_argument("--grid-file", action="append", metavar="FILE",
-                                 help="sweep: a YAML mapping of KEY to a list of values")
-            command.add_argument("--max-parallel", type=int, metavar="N",
-                                 help="sweep: at most N points running at once (SLURM default: all; here: 1)")
-        if name == "sweep":
-            command.add_argument("--detach", action="store_true", help="SLURM: submit the array and return")
-        if name == "submit":
-            command.add_argument("--check", action="store_true",
-                                 help="run `launch check` first (in its own run folder) and submit only if it passes")
-            command.add_argument("--detach", action="store_true", help="start in the background and return")
-            command.add_argument("--resume", action="store_true",
-                                 help="continue the run in --run-dir from its last checkpoint (resubmitting the "
-                                      "same plan into its folder does so too; this insists on a checkpoint)")
+        _add_job_command(commands, name, text)
     config = commands.add_parser("accelerate-config", help="print or write an accelerate config for a profile")
     config.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
     config.add_argument("--machine-rank", type=int, default=0, help="this machine's rank (default 0)")
@@ -108,6 +60,59 @@ def _parser() -> argparse.ArgumentParser:
                                help="every rank's log, merged in time order, each line prefixed with host and rank")
             command.add_argument("--follow", action="store_true", help="keep printing until the run ends")
     return parser
+
+
+def _add_job_command(commands: argparse._SubParsersAction, name: str, text: str) -> None:  # type: ignore[type-arg]
+    """render, submit, check and sweep: what to run, where, and how."""
+    extra = {"submit": " [--detach] [--resume] [--check]",
+             "sweep": " --grid KEY=V1,V2 [--grid ...] [--grid-file F] [--max-parallel N] [--detach]",
+             "render": " [--grid KEY=V1,V2 ...]"}.get(name, "")
+    command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P [--strategy S] "
+                                  "[--script FILE | --module NAME] [--run-dir D] [--launcher submitit|sbatch] "
+                                  "[--max-restarts N] [--expand-args]" + extra + " [-- ARGS]")
+    command.add_argument("--profile", required=True, help="bundled name or path to a YAML file")
+    command.add_argument("--strategy", default="ddp", help="; ".join(
+        f"{name}: {strategy.summary}" for name, strategy in STRATEGIES.items()) + " (default ddp)")
+    code = command.add_mutually_exclusive_group()
+    code.add_argument("--script", metavar="FILE", help="your training script, started in every process as "
+                      "`torchrun FILE ARGS` (or `accelerate launch FILE ARGS`) would start it")
+    code.add_argument("--module", metavar="NAME", help="your training module (pkg.train), as `python -m NAME "
+                      "ARGS`, imported from this folder")
+    command.add_argument("--run-dir", help="run folder (default: a new one under runs/); of a sweep: the "
+                                           "sweep folder, each point's run folder inside it")
+    command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
+                         help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
+                              "batch script whose task per node runs torchrun / accelerate launch)")
+    command.add_argument("--no-snapshot", action="store_true",
+                         help="SLURM and TPU hosts: run the live files, not the copy of your script's project "
+                              "that is otherwise taken at submit (the git work tree, or the script's folder)")
+    command.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                         help="local profiles: restart the workers up to N times after a failure (torchrun's "
+                              "elastic restarts); they continue from the last checkpoint")
+    command.add_argument("--accelerate-config", metavar="FILE",
+                         help="--strategy accelerate: your own accelerate config (DeepSpeed, FSDP, mixed "
+                              "precision, ...); launch fills in machines, processes, ranks, head and port "
+                              "(default: the profile's accelerate_config, else one generated from it)")
+    command.add_argument("--expand-args", action="store_true",
+                         help="expand ${NAME} in ARGS in each process, from its environment (${SLURM_JOB_ID}, "
+                              "${RANK}); without it ARGS reach the code byte for byte")
+    if name in ("render", "sweep"):
+        command.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                             help="sweep: KEY's values, each point gets --KEY VALUE after ARGS (repeatable: the "
+                                  "points are the cartesian product)")
+        command.add_argument("--grid-file", action="append", metavar="FILE",
+                             help="sweep: a YAML mapping of KEY to a list of values")
+        command.add_argument("--max-parallel", type=int, metavar="N",
+                             help="sweep: at most N points running at once (SLURM default: all; here: 1)")
+    if name == "sweep":
+        command.add_argument("--detach", action="store_true", help="SLURM: submit the array and return")
+    if name == "submit":
+        command.add_argument("--check", action="store_true",
+                             help="run `launch check` first (in its own run folder) and submit only if it passes")
+        command.add_argument("--detach", action="store_true", help="start in the background and return")
+        command.add_argument("--resume", action="store_true",
+                             help="continue the run in --run-dir from its last checkpoint (resubmitting the "
+                                  "same plan into its folder does so too; this insists on a checkpoint)")
 
 
 def _retry_parser() -> argparse.ArgumentParser:
@@ -252,23 +257,23 @@ def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _status(args: argparse.Namespace, _: list[str]) -> int:
-    print(manage.status_text(manage.find_run(args.run, Path(RUNS))))
+    print(follow_up.status_text(follow_up.find_run(args.run, Path(RUNS))))
     return 0
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
-    manage.print_logs(manage.find_run(args.run, Path(RUNS)), rank=None if args.all else args.rank, follow=args.follow)
+    follow_up.print_logs(follow_up.find_run(args.run, Path(RUNS)), rank=None if args.all else args.rank, follow=args.follow)
     return 0
 
 
 def _cancel(args: argparse.Namespace, _: list[str]) -> int:
-    print(manage.cancel(manage.find_run(args.run, Path(RUNS))))
+    print(follow_up.cancel(follow_up.find_run(args.run, Path(RUNS))))
     return 0
 
 
 def _report(args: argparse.Namespace, _: list[str]) -> int:
     output = Path(args.output)
-    print(manage.report(args.runs, Path(RUNS), output, write_new))
+    print(follow_up.report(args.runs, Path(RUNS), output, write_new))
     print(f"wrote {output}")
     return 0
 
