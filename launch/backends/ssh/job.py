@@ -13,13 +13,12 @@ from launch.backends import remote_shell
 from launch.backends.ssh import commands as ssh
 from launch.core import site_shell
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.layout import LOGS, METRICS, RESULT
+from launch.core.layout import CHECK, LOGS, METRICS, RESULT
 from launch.core.plan import (LaunchPlan, PlanInputs, contained, head_first, in_shell, make_plan, node_argv, plan_env,
                               plan_files)
-from launch.core.profile import Profile
+from launch.core.profile import Profile, SshSection
 from launch.core.rendezvous import port_for_run
 from launch.core.secrets import looks_secret
-from launch.diagnostics.probe import CHECK
 from launch.errors import LaunchError
 from launch.launchers.context import NodeContext
 
@@ -76,16 +75,22 @@ def job_run_dir(profile: Profile, run_dir: str, workdir: str) -> str:
     return str(folder / on_host) if folder.is_absolute() else on_host
 
 
+def _host_workdir(profile: Profile, section: SshSection, here: str) -> str:
+    """The project folder on the hosts: ssh.workdir, else this folder's path (which scp must carry unchanged)."""
+    workdir = section.workdir or here
+    if not ssh.SAFE_PATH.match(workdir):  # the profile's own is checked when it is loaded
+        raise LaunchError(f"{profile.source}: ssh.workdir is not set, and this folder's path {workdir!r}, its default, "
+                          "has characters scp cannot carry to the hosts unchanged (spaces, quotes, shell or glob "
+                          "characters)", "set ssh.workdir to the project's folder on the hosts")
+    return workdir
+
+
 def build(inputs: PlanInputs) -> LaunchPlan:
     """One connection per host from a fan-out here; each host runs its node under the host guard."""
     profile, section = inputs.profile, inputs.profile.ssh
     assert section is not None  # noqa: S101 - the registry chose ssh for an ssh section
     hosts = [ssh.parse_host(host) for host in section.hosts]
-    workdir = section.workdir or inputs.workdir
-    if not ssh.SAFE_PATH.match(workdir):  # the profile's own is checked when it is loaded
-        raise LaunchError(f"{profile.source}: ssh.workdir is not set, and this folder's path {workdir!r}, its default, "
-                          "has characters scp cannot carry to the hosts unchanged (spaces, quotes, shell or glob "
-                          "characters)", "set ssh.workdir to the project's folder on the hosts")
+    workdir = _host_workdir(profile, section, inputs.workdir)
     host_run_dir = job_run_dir(profile, inputs.run_dir, inputs.workdir)
     host_folder = str(PurePosixPath(workdir, host_run_dir))  # as ssh and scp see it, from the user's home
     env = plan_env(inputs, host_run_dir)
@@ -124,12 +129,18 @@ def build(inputs: PlanInputs) -> LaunchPlan:
                     text=spec_text(nodes, secret_names, collect=collect, after=after))
     fan_out = NodeCommand(node_rank=0, argv=(inputs.here_python, "-m", FAN_OUT, spec.path), cwd=inputs.workdir,
                           env=tuple((name, value) for name, value in env if name in secret_names))
-    ship = (remote_shell.pack_snapshot(inputs.run_dir), *(
+    return make_plan(inputs, env, SshJob(
+        node=fan_out, nodes=tuple(nodes), host_files=host_files, host_folder=host_folder, secret_names=secret_names,
+        files=(spec,), before_argv=_ship_snapshot(section, hosts, inputs.run_dir, host_folder) if inputs.snapshot
+        else (), collect_argv=collect, after_argv=after))
+
+
+def _ship_snapshot(section: SshSection, hosts: list[ssh.Host], run_dir: str,
+                   host_folder: str) -> tuple[tuple[str, ...], ...]:
+    """Here, before the job: the snapshot packed, and copied onto every host (a stale copy removed first)."""
+    return (remote_shell.pack_snapshot(run_dir), *(
         step for host in hosts for step in (
             ssh.ssh_argv(section, host, shlex.join(["mkdir", "-p", host_folder]) + " && "  # a stale copy never runs
                          + shlex.join(["rm", "-rf", f"{host_folder}/{remote_shell.SNAPSHOT_FOLDER}"])),
-            ssh.scp_argv(section, host, [str(PurePath(inputs.run_dir, remote_shell.SNAPSHOT_TAR))],
+            ssh.scp_argv(section, host, [str(PurePath(run_dir, remote_shell.SNAPSHOT_TAR))],
                          f"{host_folder}/{remote_shell.SNAPSHOT_TAR}", upload=True))))
-    return make_plan(inputs, env, SshJob(
-        node=fan_out, nodes=tuple(nodes), host_files=host_files, host_folder=host_folder, secret_names=secret_names,
-        files=(spec,), before_argv=ship if inputs.snapshot else (), collect_argv=collect, after_argv=after))
