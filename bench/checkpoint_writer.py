@@ -33,6 +33,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from launch import job  # noqa: E402
+from launch.runtime.checkpoint_writer import _copied  # noqa: E402
 from train.model import Net, build_optimizer  # noqa: E402
 
 VARIANTS = ("none", "while training waits", "background, as first written", "background")
@@ -72,7 +73,7 @@ class Loop:
         elif variant == "background, as first written":
             if self.thread is not None:
                 self.thread.join()
-            snapshot = job._copied(self.state())  # fresh memory each time
+            snapshot = _copied(self.state())  # fresh memory each time
             target = self.run_dir / f"state-{step % 2}.pt"
             self.thread = threading.Thread(target=torch.save, args=(snapshot, target))
             self.thread.start()

@@ -6,7 +6,7 @@ import argparse
 import difflib
 from dataclasses import dataclass, fields
 
-from launch.core.devices import default_dist_backend
+from launch import job
 
 DATASETS = ("synthetic", "mnist")
 DEVICES = ("auto", "cpu", "cuda", "xla")
@@ -46,7 +46,7 @@ class TrainArgs:
 
     def backend_for(self, device_type: str) -> str:
         """The torch.distributed backend: the one asked for, or the usual one for the device."""
-        return self.dist_backend if self.dist_backend != "auto" else default_dist_backend(device_type)
+        return self.dist_backend if self.dist_backend != "auto" else job.default_dist_backend(device_type)
 
     def to_argv(self) -> tuple[str, ...]:
         """The canonical command-line form: every field that differs from its default, in field order."""
@@ -147,8 +147,6 @@ def check_launch_argv(argv: list[str]) -> TrainArgs:
 def with_job_defaults(args: TrainArgs) -> TrainArgs:
     """What the command line left unset, from what launch gave this job (launch.job); as given otherwise."""
     from dataclasses import replace
-
-    from launch import job
 
     me = job.info()
     given = {"run_dir": args.run_dir or (str(me.run_dir) if me.run_dir else None),

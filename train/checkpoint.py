@@ -1,5 +1,5 @@
 """The examples' checkpoints: RNG states, resuming and stopping at a step (the run folder's layout and the
-atomic publishing are launch.runtime.checkpoints').
+atomic publishing are launch's: ``launch.job``'s checkpoint functions).
 
 ``checkpoints/latest.json`` names the last complete checkpoint. It is replaced atomically, only after the
 checkpoint it names is whole, so a job killed at any moment leaves either the old pointer or the new one.
@@ -18,9 +18,12 @@ import torch
 from launch import job
 from train.dist_env import all_gather_objects
 from train.reporting import Progress, Reporter
-from launch.runtime.checkpoints import KEEP, Position, point_at, publish, stage, staging_path  # noqa: F401 - for the examples
-from launch.core.layout import CHECKPOINTS, LATEST_CHECKPOINT, latest_checkpoint
 
+# launch's checkpoint protocol (launch.job), by the names the examples use
+Position = job.Position
+KEEP = job.KEEP_CHECKPOINTS
+stage, staging_path = job.stage_checkpoint, job.staging_folder
+publish, point_at = job.publish_checkpoint, job.point_at_checkpoint
 
 
 class CheckpointError(RuntimeError):
@@ -91,8 +94,8 @@ def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_
     if len(set(steps)) > 1:
         described = ", ".join(f"rank {rank}: {'none' if step is None else f'step {step}'}"
                               for rank, step in enumerate(steps))
-        raise CheckpointError(f"{Path(run_dir or '.') / CHECKPOINTS}: the ranks see different checkpoints "
-                              f"({described}); the run folder must be one folder that every host shares")
+        raise CheckpointError(f"{job.latest_checkpoint_path(run_dir or '.').parent}: the ranks see different "
+                              f"checkpoints ({described}); the run folder must be one folder that every host shares")
     return record
 
 
@@ -100,12 +103,12 @@ def _local_record(run_dir: str | Path | None, *, resume: bool, strategy: str,
                   world_size: int) -> dict[str, Any] | None:
     if run_dir is None:
         return None
-    record = latest_checkpoint(run_dir)
+    record = job.latest_checkpoint(run_dir)
     if record is None:
         return None
     where = Path(run_dir) / record["path"]
     if not where.is_dir():
-        raise CheckpointError(f"{Path(run_dir) / CHECKPOINTS / LATEST_CHECKPOINT}: names {where}, which is gone; "
+        raise CheckpointError(f"{job.latest_checkpoint_path(run_dir)}: names {where}, which is gone; "
                               "restore it, or remove latest.json to start this run from the beginning")
     if not resume:
         raise CheckpointError(f"{where}: this run folder already holds a checkpoint (step {record['step']}); "

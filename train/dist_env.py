@@ -10,11 +10,9 @@ from dataclasses import replace
 
 from train.args import TrainArgs
 from launch import job
-from launch.job import JobInfo
-from launch.core.secrets import mask
 
 
-DistEnv = JobInfo  # who this process is, as launch.job says (the examples' name for it)
+DistEnv = job.JobInfo  # who this process is, as launch.job says (the examples' name for it)
 
 
 def for_device(device: str) -> DistEnv:
@@ -30,7 +28,7 @@ def for_device(device: str) -> DistEnv:
 
 def shown(env: DistEnv, name: str) -> str:
     """A variable's value as this process may print it: secrets masked."""
-    return mask(name, os.environ.get(name, ""), env.secret_names)
+    return job.mask(name, os.environ.get(name, ""), env.secret_names)
 
 
 class RendezvousError(RuntimeError):

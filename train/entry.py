@@ -13,8 +13,6 @@ from pathlib import Path
 from collections.abc import Callable
 
 from launch import job
-from launch.runtime.lifetime import die_with_parent
-from launch.core.secrets import scrub, secret_values
 from train.args import TrainArgs, parse_train_args, with_job_defaults
 from train.dist_env import DistEnv, for_device, shown
 from train.reporting import Reporter
@@ -30,16 +28,14 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     env = for_device(args.device)
     if args.device == "xla":  # Accelerate and Transformers read it on XLA devices other than TPUs (else -1: silent)
         os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
-        die_with_parent()  # a spawned XLA worker ends with its launcher (`cancel`, pkill on a pod's hosts)
+        job.die_with_parent()  # a spawned XLA worker ends with its launcher (`cancel`, pkill on a pod's hosts)
     else:  # where torch_xla is installed (a TPU VM), they would take XLA even for cpu=True and fail
         os.environ.setdefault("USE_TORCH_XLA", "0")
     job.watch_stops()  # where the scheduler requeues (SLURM): its signals become a checkpoint, then a stop
     if args.device == "xla" and not job.info().launched:
         # One of the processes torch_xla's (or Accelerate's) launcher spawned, one per device, past launch's
         # worker: it keeps its own rank log and record through it.
-        from launch.runtime import worker
-
-        status = worker.run_here(lambda: _guarded(train, args, env), rank=env.rank)
+        status = job.run_as_rank(lambda: _guarded(train, args, env), rank=env.rank)
         if status:
             raise SystemExit(status)  # the launcher that spawned it reports a failed process
         return 0
@@ -47,16 +43,16 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
 
 
 def _guarded(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
-    secrets = secret_values(os.environ)
+    secrets = job.secret_values()
     try:
         return _run(train, args, env)
     except Exception as error:
         # What re-raises from here is printed and recorded by others (the interpreter's last words on stderr,
         # torchrun's error file, the rank record): without any secret value in its message.
         text = str(error)
-        if scrub(text, secrets) == text:
+        if job.scrub(text, secrets) == text:
             raise
-        raise RuntimeError(f"{type(error).__name__}: {scrub(text, secrets)}") from None
+        raise RuntimeError(f"{type(error).__name__}: {job.scrub(text, secrets)}") from None
 
 
 def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +11,6 @@ from typing import Any
 import torch
 
 from launch import job
-from launch.core.secrets import scrub_data, secret_values
-from launch.core.layout import RESULT, write_json_atomic
 
 
 @dataclass
@@ -53,7 +50,7 @@ class Reporter:
         self.run_dir = Path(run_dir) if run_dir and is_main else None
         self.is_main = is_main
         self.started = time.perf_counter()
-        self.secrets = secret_values(os.environ)  # masked in everything written
+        self.secrets = job.secret_values()  # masked in everything written
         self.live = is_main and job.at_terminal()  # a progress bar under the log lines
         self.last_loss = float("nan")  # the last logged loss, shown in the progress bar
         self._drawn = 0.0
@@ -98,10 +95,10 @@ class Reporter:
         """Write result.json (atomically) with the wall time since start; return what was written."""
         if self.live:
             job.status_line("")
-        result = scrub_data({**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}, self.secrets)
+        result = {**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}
         if self.run_dir is not None:
-            write_json_atomic(self.run_dir / RESULT, result)
-        return result
+            return job.write_result(result, run_dir=self.run_dir, secrets=self.secrets)
+        return job.scrub(result, self.secrets)
 
 
 PROGRESS_REDRAW_S = 0.2

@@ -12,7 +12,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable
+from launch import job
 
 
 class XlaUnavailable(RuntimeError):
@@ -24,7 +24,7 @@ def require() -> ModuleType:
     try:
         import torch_xla
     except ImportError as error:
-        raise XlaUnavailable(f"{xla_unavailable()} ({error}); {XLA_INSTALL_HINT}") from None
+        raise XlaUnavailable(job.xla_import_failure(error)) from None
     return torch_xla
 
 
@@ -98,6 +98,4 @@ if __name__ == "__main__":
     from train import xla  # by its name: the spawned processes import the function they run from there
 
     xla.launch(sys.argv[1], sys.argv[2:])
-    from launch import job
-
     job.exit(0)

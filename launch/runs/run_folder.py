@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from launch.core import site_shell
-from launch.runtime import node_setup
 from launch.core import snapshot
 from launch.errors import SubmitError
 from launch.core.plan import LaunchPlan
-from launch.runtime.worker import OOM_HINT
-from launch.core.layout import (LOGS, PLAN_TEXT, RESULT, STATE, latest_checkpoint, rank_log_path, rank_state_path,
-                           rank_times_path, read_json, write_json_atomic)
+from launch.core.layout import (LOGS, OOM_HINT, PLAN_TEXT, RESULT, STATE, latest_checkpoint, node_setup_failures,
+                                rank_log_path, rank_state_path, rank_times_path, read_json, write_json_atomic)
 
 # The layout itself is launch.core.layout's (the jobs write into the same folder); re-exported for the host side.
 __all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "claim_run_dir", "first_failure",
@@ -178,7 +176,7 @@ def setup_failure(run_dir: Path) -> str:
             for path in sorted((run_dir / LOGS).glob(f"{site_shell.SETUP_FAILED}-*.txt"))]
     said += [f"node_setup failed on {note.get('host')} (exit status {note.get('exit_code')})"
              + (f"; its last lines: {' | '.join(map(str, note.get('tail') or []))}" if note.get("tail") else "")
-             for note in node_setup.failures(run_dir)]
+             for note in node_setup_failures(run_dir)]
     return "; ".join(said)
 
 

@@ -16,25 +16,14 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from launch.core.layout import LOGS, write_json_atomic
+from launch.core.layout import NODE_SETUP_PREFIX as PREFIX  # noqa: F401 - the names others use
+from launch.core.layout import node_setup_failures as failures  # noqa: F401
+from launch.core.layout import node_setup_log_path as log_path
+from launch.core.layout import write_json_atomic
 
-PREFIX = "node-setup-"
 _MODULE_STATE = ("__MODULES_", "_ModuleTable", "__LMOD_REF_COUNT")  # environment-modules' and Lmod's own records
 TAIL_LINES = 5
-
-
-def log_path(run_dir: str | Path, host: str) -> Path:
-    return Path(run_dir) / LOGS / f"{PREFIX}{host}.log"
-
-
-def failures(run_dir: str | Path) -> list[dict[str, object]]:
-    """The nodes whose set-up failed, as recorded (host, exit_code, tail), by host."""
-    from launch.core.layout import read_json
-
-    found = [read_json(path) for path in sorted((Path(run_dir) / LOGS).glob(f"{PREFIX}*.json"))]
-    return [note for note in found if note is not None]
 
 
 def module_problems(names: list[str], init: str, timeout_s: float = 60) -> dict[str, str]:

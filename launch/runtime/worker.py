@@ -29,13 +29,12 @@ from launch import job
 from launch.runtime import oom
 from launch.runtime import phases
 from launch.runtime import rank_log as ranklog
-from launch.core.layout import rank_log_path
+from launch.core.layout import OOM_HINT, rank_log_path
 from launch.runtime.lifetime import die_with_parent
 from launch.core.secrets import secret_values
 from launch.core.shell import expand
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-OOM_HINT = "the kernel's out-of-memory killer is a common cause"
 USAGE = "usage: python -m launch.runtime.worker SCRIPT [ARGS...] | [--path DIR] -m MODULE [ARGS...]"
 
 

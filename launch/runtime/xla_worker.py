@@ -11,7 +11,7 @@ import sys
 
 from launch import job
 from launch.runtime import worker
-from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable
+from launch.core.devices import xla_import_failure
 from launch.runtime.worker import Target
 
 
@@ -30,7 +30,7 @@ def main() -> None:
     try:
         import torch_xla
     except ImportError as error:
-        sys.exit(f"{xla_unavailable()} ({error}); {XLA_INSTALL_HINT}")
+        sys.exit(xla_import_failure(error))
     torch_xla.launch(_run_on_device, args=(code,))
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from launch import job
-from launch.runtime import checkpoints
+from launch.runtime import checkpoint_writer, checkpoints
 from launch.runtime import phases
 
 
@@ -25,9 +25,9 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(job.RUN_DIR, str(folder))
     monkeypatch.setenv(job.RESUME, "1")
-    monkeypatch.setattr(job, "_writer", checkpoints.Writer())
-    monkeypatch.setattr(job, "_memory_sizes", [])
-    monkeypatch.setattr(job, "_snapshot", {})
+    monkeypatch.setattr(checkpoint_writer, "_writer", checkpoints.Writer())
+    monkeypatch.setattr(checkpoint_writer, "_memory_sizes", [])
+    monkeypatch.setattr(checkpoint_writer, "_snapshot", {})
     return folder
 
 
@@ -79,7 +79,7 @@ def test_each_background_checkpoint_holds_its_own_step_while_the_copies_reuse_on
         weights.fill_(float(step))
         changes = torch.full((step,), float(step))  # a new shape each time: a fresh copy, no error
         job.save_checkpoint_in_background(step, {"state.pt": {"weights": weights, "changes": changes, "step": step}})
-        buffers.add(job._snapshot["state.pt"]["weights"].data_ptr())
+        buffers.add(checkpoint_writer._snapshot["state.pt"]["weights"].data_ptr())
         weights.fill_(-1.0)  # training goes on while the write does
     job.wait_for_checkpoints()
     assert len(buffers) == 1, "the copy of the weights is made into the same memory each time"
@@ -144,22 +144,22 @@ def test_background_writes_are_chosen_on_an_accelerator_or_where_a_cpu_core_is_l
     try:
         for processes, expected in ((cores, False), (cores - 1, cores > 1)):
             monkeypatch.setenv("LOCAL_WORLD_SIZE", str(processes))
-            monkeypatch.setattr(job, "_spare_core_everywhere", None)
+            monkeypatch.setattr(checkpoint_writer, "_spare_core_everywhere", None)
             assert job.background_writes_pay("cpu") is expected, f"{processes} process(es) on {cores} core(s)"
             assert job.background_writes_pay("cuda"), "an accelerator leaves the CPUs to the writer"
-        monkeypatch.setattr(job, "_spare_core_everywhere", None)
+        monkeypatch.setattr(checkpoint_writer, "_spare_core_everywhere", None)
         torch.set_num_threads(cores)
         monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
         assert not job.background_writes_pay("cpu"), "one process whose threads take every core"
         assert not job.background_writes_pay("xla"), "XLA's processes are not torch's ranks"
-        monkeypatch.setattr(job, "_spare_core_everywhere", None)
+        monkeypatch.setattr(checkpoint_writer, "_spare_core_everywhere", None)
         torch.set_num_threads(1)
         monkeypatch.delattr(os, "sched_getaffinity")  # as on macOS: every core of the machine
         monkeypatch.setattr(os, "cpu_count", lambda: 4)
         assert job.background_writes_pay("cpu"), "one thread on four cores"
-        monkeypatch.setattr(job, "_spare_core_everywhere", None)
+        monkeypatch.setattr(checkpoint_writer, "_spare_core_everywhere", None)
         monkeypatch.setenv("WORLD_SIZE", "2")  # a rank of two, asked before any process group is made
         job.background_writes_pay("cpu")
-        assert job._spare_core_everywhere is None, "an answer for this node alone is not kept for the job"
+        assert checkpoint_writer._spare_core_everywhere is None, "an answer for this node alone is not kept for the job"
     finally:
         torch.set_num_threads(threads)

@@ -39,3 +39,24 @@ def test_the_launcher_imports_nothing_from_the_examples() -> None:
                  for number, line in enumerate(path.read_text().splitlines(), start=1)
                  if re.match(r"\s*(from train\b|import train\b)", line)]
     assert offending == []
+
+
+def test_the_examples_use_only_launchs_public_in_job_api() -> None:
+    """train/ shows what any user code can do: it imports launch's ``launch.job`` and nothing else of launch."""
+    import ast
+
+    offending = []
+    for path in sorted((ROOT / "train").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == "launch":
+                    named = [f"launch.{alias.name}" for alias in node.names]
+                else:
+                    named = [node.module]
+            else:
+                continue
+            offending += [f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in named
+                          if (name == "launch" or name.startswith("launch.")) and name != "launch.job"]
+    assert offending == [], "train/ imports launch only as `from launch import job`"

@@ -1,0 +1,47 @@
+"""What the job's code records in its run folder for ``launch report`` and for people: one line per logged step
+or evaluation in ``metrics.jsonl`` (``launch.job.log_metrics``), and the run's outcome in ``result.json``
+(``launch.job.write_result``), both written by the main process, with every secret value masked. No torch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from launch.core.layout import METRICS, RESULT, write_json_atomic
+from launch.core.secrets import scrub_data, secret_values
+from launch.runtime.identity import info
+
+
+def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = None,
+                **values: Any) -> None:  # noqa: ANN401 - JSON values
+    """Append one line to the run's metrics.jsonl (main process only; elsewhere a no-op), which ``report``
+    draws: ``kind="train"`` with ``loss``, ``kind="eval"`` with ``eval_loss`` and ``eval_accuracy``. Secret
+    values are masked. ``run_dir``: where, when the job was not started by launch (the caller then decides
+    which process writes)."""
+    me = info()
+    folder = Path(run_dir) if run_dir else me.run_dir if me.is_main else None
+    if folder is None:
+        return
+    import json
+    import time
+
+    record = scrub_data({"time": round(time.time(), 3), "kind": kind, "step": step, **values},
+                        secret_values(os.environ))
+    with open(folder / METRICS, "a", encoding="utf-8") as sink:
+        sink.write(json.dumps(record) + "\n")
+
+
+def write_result(data: dict[str, Any], *, run_dir: str | Path | None = None,
+                 secrets: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Write ``data`` (a JSON object) as the run's result.json, atomically (readers never see half a file),
+    with every secret value masked (``secrets``: the values to mask, by default ``secret_values()`` now); on
+    the main process only, as ``log_metrics``. Returns ``data`` masked, written or not. ``run_dir``: where,
+    when the job was not started by launch (the caller then decides which process writes)."""
+    me = info()
+    folder = Path(run_dir) if run_dir else me.run_dir if me.is_main else None
+    masked = scrub_data(data, secret_values(os.environ) if secrets is None else secrets)
+    if folder is not None:
+        write_json_atomic(folder / RESULT, masked)
+    return masked
