@@ -1,4 +1,4 @@
-"""A run after submit: found from what the user types (a folder, its name under runs/, a SLURM job id), and its
+"""Following up on a run after submit: found from what the user types (a folder, its name under runs/, a SLURM job id), and its
 status, logs, cancel and report, whether it is one run or a sweep of them. Each run's backend answers for it,
 through the record in its folder."""
 

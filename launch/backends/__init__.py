@@ -34,10 +34,10 @@ BACKENDS: dict[str, str] = {  # name -> "module:object"
     "gcloud": "launch.backends.gcloud.backend:BACKEND",
     "ssh": "launch.backends.ssh.backend:BACKEND",
 }
-SECTIONS: dict[str, str] = {  # a profile section -> "module:function" that checks it, each problem one line
-    "slurm": "launch.backends.slurm.profile_checks:check_slurm",
-    "ssh": "launch.backends.ssh.profile_checks:check_ssh",
-    "tpu": "launch.backends.gcloud.profile_checks:check_tpu",
+SECTIONS: dict[str, str] = {  # a profile's backend section -> the module that completes and checks it
+    "slurm": "launch.backends.slurm.profile_checks",
+    "ssh": "launch.backends.ssh.profile_checks",
+    "tpu": "launch.backends.gcloud.profile_checks",
 }
 RENAMED = {"slurm": "sbatch", "tpu": "gcloud"}  # what older run folders' state.json calls a backend
 ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
@@ -123,17 +123,22 @@ def for_profile(profile: Profile, launcher: str = "submitit") -> Backend:
 
 
 def get(name: str) -> Backend:
-    return _load(BACKENDS[name])  # type: ignore[no-any-return]
+    module, _, attribute = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
 
 
-def section_check(section: str) -> Callable[[Profile, Any], list[str]]:
-    """The check of a profile's backend section (``slurm``, ``ssh``, ``tpu``): (profile, section) -> problems."""
-    return _load(SECTIONS[section])  # type: ignore[no-any-return]
+class SectionRules(Protocol):
+    """A backend's rules for its profile section: ``completed`` fills in what the section names elsewhere (a
+    hostfile), ``check`` lists its problems, each one line naming its key."""
+
+    def completed(self, profile: Profile, source: Path) -> Profile: ...
+
+    def check(self, profile: Profile, section: Any) -> list[str]: ...  # noqa: ANN401 - the backend's section
 
 
-def _load(where: str) -> Any:  # noqa: ANN401 - a backend or a check, named "module:object"
-    module, _, attribute = where.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+def section_rules(section: str) -> SectionRules:
+    """The rules of a profile's backend section (``slurm``, ``ssh``, ``tpu``)."""
+    return importlib.import_module(SECTIONS[section])  # type: ignore[return-value]
 
 
 def recorded(run_dir: Path) -> tuple[Backend, State]:

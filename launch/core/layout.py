@@ -12,6 +12,7 @@ RESULT = "result.json"
 METRICS = "metrics.jsonl"
 STATE = "state.json"
 LOGS = "logs"
+CHECK = "check"  # `launch check`'s reports: check/rank-N.json, node-K.json, links.json
 CHECKPOINTS = "checkpoints"
 LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
 REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)

@@ -13,7 +13,6 @@ import yaml
 from launch.errors import ConfigError, did_you_mean
 from launch.core import containers
 from launch.core import site_shell
-from launch.backends.ssh import commands as ssh
 from launch.core.profile import Profile
 from launch.core.profile_schema import convert_dataclass
 from launch.core.rendezvous import TORCH_CONTRACT
@@ -71,27 +70,21 @@ def load_profile(name_or_path: str) -> Profile:
     values = convert_dataclass(Profile, data, "", problems)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
-    profile = _with_hostfile(Profile(**values, source=str(path)), path)
+    profile = _completed(Profile(**values, source=str(path)), path)
     problems = check_profile(profile)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
     return profile
 
 
-def _with_hostfile(profile: Profile, path: Path) -> Profile:
-    """An ssh profile's ``hostfile`` (made absolute when it was read) read into its hosts."""
-    section = profile.ssh
-    if section is None or section.hostfile is None:
-        return profile
-    if section.hosts:
-        raise ConfigError(f"{path}: ssh.hostfile: give either ssh.hosts or ssh.hostfile, not both")
-    try:
-        hosts = ssh.read_hostfile(Path(section.hostfile).expanduser(), profile.procs_per_node)
-    except ValueError as error:
-        raise ConfigError(f"{path}: ssh.hostfile: {error}") from None
-    if not hosts:
-        raise ConfigError(f"{path}: ssh.hostfile: {section.hostfile} lists no host")
-    return dataclasses.replace(profile, ssh=dataclasses.replace(section, hosts=hosts))
+def _completed(profile: Profile, path: Path) -> Profile:
+    """The profile with what its backend section names elsewhere read in (an ssh hostfile's hosts)."""
+    from launch import backends  # each backend completes its own section
+
+    for kind in backends.SECTIONS:
+        if getattr(profile, kind) is not None:
+            profile = backends.section_rules(kind).completed(profile, path)
+    return profile
 
 
 def profile_to_mapping(profile: Profile) -> dict[str, Any]:
@@ -255,10 +248,10 @@ def _check_sections(profile: Profile) -> list[str]:
     if (profile.device == "xla") != (profile.kind == "tpu"):
         problems.append(f"device: xla goes with kind tpu; the profile has kind {profile.kind} and "
                         f"device {profile.device}")
-    for kind in ("slurm", "tpu", "ssh"):
+    for kind in backends.SECTIONS:
         section = getattr(profile, kind)
         if section is not None:  # each backend checks its own section
-            problems += backends.section_check(kind)(profile, section)
+            problems += backends.section_rules(kind).check(profile, section)
     if profile.rendezvous.address is not None and profile.kind != "ssh":
         problems.append(f"rendezvous.address: only for kind ssh (the head's address as the other hosts reach it); "
                         f"kind {profile.kind} finds its head itself")

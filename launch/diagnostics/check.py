@@ -20,7 +20,7 @@ from typing import Any
 from launch import backends
 from launch.diagnostics import probe
 from launch.runs import run_folder
-from launch.core.layout import read_json
+from launch.core.layout import CHECK, read_json
 from launch.core.plan import LaunchPlan
 
 DEADLINE_S = probe.CONNECT_S + probe.GATHER_S + 45  # imports, the all_reduce and the links on top
@@ -64,7 +64,7 @@ class Reports:
 
     @classmethod
     def read(cls, run_dir: Path) -> Reports:
-        folder = run_dir / probe.CHECK
+        folder = run_dir / CHECK
 
         def all_of(pattern: str, key: str) -> tuple[dict[str, Any], ...]:
             found = [report for path in folder.glob(pattern) if (report := read_json(path)) is not None]

@@ -27,10 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from launch.core.layout import write_json_atomic
+from launch.core.layout import CHECK, write_json_atomic
 from launch.diagnostics.machine_facts import identity, local_facts
 
-CHECK = "check"  # the folder of the reports, in the run folder
 CONNECT_S = 15.0  # to reach the head
 GATHER_S = 30.0  # for every rank to arrive there
 LINK_BYTES = 1 << 20  # the ping-pong payload that measures a link's bandwidth

@@ -4,6 +4,7 @@ profile says; each problem as one line naming its key."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from launch.core.profile import Profile, TpuSection
 from launch.core.site_shell import check_section_python
@@ -19,7 +20,11 @@ _TPU_NAMES = (  # what gcloud compute tpus tpu-vm accepts
 )
 
 
-def check_tpu(profile: Profile, tpu: TpuSection) -> list[str]:
+def completed(profile: Profile, source: Path) -> Profile:
+    return profile  # the section names nothing elsewhere
+
+
+def check(profile: Profile, tpu: TpuSection) -> list[str]:
     """Names as gcloud accepts them, and hosts reachable the way the profile says."""
     problems = check_section_python(profile, "tpu", tpu.python)
     problems += [f"tpu.{key}: {getattr(tpu, key)!r} {rule}" for key, pattern, rule in _TPU_NAMES

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from launch.errors import CONTROL_CHARACTERS, did_you_mean
 from launch.core.profile import Profile, SlurmSection
@@ -24,7 +25,11 @@ _SRUN_ARG = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(=.+)?\Z", re.DOTALL)
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
-def check_slurm(profile: Profile, slurm: SlurmSection) -> list[str]:
+def completed(profile: Profile, source: Path) -> Profile:
+    return profile  # the section names nothing elsewhere
+
+
+def check(profile: Profile, slurm: SlurmSection) -> list[str]:
     """Problems with the slurm section's values, each as 'slurm.key: message'."""
     problems = [] if slurm.requeue_signal in REQUEUE_SIGNALS else [
         f"slurm.requeue_signal: {slurm.requeue_signal!r} is not allowed;"

@@ -1,17 +1,20 @@
-"""What a profile's ``ssh:`` section may say: hosts ssh can be given, one node each, and options and folders that
-stay single words and lines; each problem as one line naming its key."""
+"""What a profile's ``ssh:`` section may say: hosts ssh can be given (or a hostfile of them), one node each, and
+options and folders that stay single words and lines; each problem as one line naming its key."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 
 from launch.backends.ssh import commands as ssh
+from launch.backends.ssh.commands import read_hostfile
 from launch.core.profile import Profile, SshSection
 from launch.core.site_shell import check_section_python
-from launch.errors import CONTROL_CHARACTERS
+from launch.errors import CONTROL_CHARACTERS, ConfigError
 
 
-def check_ssh(profile: Profile, section: SshSection) -> list[str]:
+def check(profile: Profile, section: SshSection) -> list[str]:
     """Hosts ssh can be given, one node each, and options that stay single words and lines."""
     problems = check_section_python(profile, "ssh", section.python)
     for index, host in enumerate(section.hosts):
@@ -42,3 +45,19 @@ def check_ssh(profile: Profile, section: SshSection) -> list[str]:
     if address is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._:-]*", address):
         problems.append(f"rendezvous.address: {address!r} is not a host name or address")
     return problems
+
+
+def completed(profile: Profile, source: Path) -> Profile:
+    """An ssh profile's ``hostfile`` (made absolute when it was read) read into its hosts."""
+    section = profile.ssh
+    if section is None or section.hostfile is None:
+        return profile
+    if section.hosts:
+        raise ConfigError(f"{source}: ssh.hostfile: give either ssh.hosts or ssh.hostfile, not both")
+    try:
+        hosts = read_hostfile(Path(section.hostfile).expanduser(), profile.procs_per_node)
+    except ValueError as error:
+        raise ConfigError(f"{source}: ssh.hostfile: {error}") from None
+    if not hosts:
+        raise ConfigError(f"{source}: ssh.hostfile: {section.hostfile} lists no host")
+    return dataclasses.replace(profile, ssh=dataclasses.replace(section, hosts=hosts))
