@@ -36,7 +36,7 @@ from launch.runtime.checkpoints import stage as stage_checkpoint
 from launch.runtime.checkpoints import staging_path as staging_folder
 from launch.runtime.console import at_terminal, exit, mask, phase_done, run_as_rank, scrub, secret_values, status_line
 from launch.runtime.identity import JobInfo, info
-from launch.runtime.lifetime import die_with_parent
+from launch.core.lifetime import die_with_parent
 from launch.runtime.metrics import log_metrics, write_result
 from launch.runtime.stops import (StopRequested, agreed_stop, should_stop, stop_requested, stop_signals, watch_stops,
                                   watching)

@@ -16,13 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launch.runs import run_folder
-from launch.runtime import worker
-from launch.errors import LaunchError, did_you_mean
-from launch import runner
+from launch import job, runner
+from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan
 from launch.core.shell import with_env
-from launch.runtime.worker import Target
+from launch.errors import LaunchError, did_you_mean
+from launch.runs import run_folder
 
 if TYPE_CHECKING:
     from launch.backends import Backend
@@ -87,7 +86,7 @@ def _launch(planned: tuple[LaunchPlan, Backend], function: Callable[..., None], 
 
 def _as_rank(run: Callable[[], object]) -> None:
     """One process of the launcher: its log and record kept as launch's worker keeps them."""
-    status = worker.run_here(run, rank=int(os.environ.get("RANK", 0)))  # type: ignore[arg-type]
+    status = job.run_as_rank(run, rank=int(os.environ.get("RANK", 0)))  # type: ignore[arg-type]
     if status:
         raise RuntimeError(f"rank {os.environ.get('RANK', 0)} failed (exit status {status}); see its log")
 

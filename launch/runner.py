@@ -30,7 +30,7 @@ from launch.errors import ConfigError, LaunchError, SubmitError, WorkerFailure
 from launch.launchers.accelerate_config import UserConfig
 from launch.launchers.strategies import Strategy, get_strategy
 from launch.runs import run_folder
-from launch.runtime.worker import Target
+from launch.core.entrypoint import Target
 
 if TYPE_CHECKING:
     from launch.backends import Backend

@@ -24,7 +24,7 @@ from launch.core.snapshot import Snapshot, path_in
 from launch.errors import LaunchError
 from launch.launchers.accelerate_config import UserConfig
 from launch.launchers.strategies import NodeContext, Strategy, get_strategy
-from launch.runtime.worker import Target  # noqa: TID251 - moves to launch.core.entrypoint
+from launch.core.entrypoint import Target
 
 if TYPE_CHECKING:
     pass

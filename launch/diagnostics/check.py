@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from launch import backends
-from launch.diagnostics import probe
-from launch.runs import run_folder
 from launch.core.layout import CHECK, read_json
 from launch.core.plan import LaunchPlan
+from launch.diagnostics import probe
+from launch.runs import run_folder
 
 DEADLINE_S = probe.CONNECT_S + probe.GATHER_S + 45  # imports, the all_reduce and the links on top
 POLL_S = 0.5

@@ -89,8 +89,8 @@ def missing_for(profile: Profile, machine: Machine) -> list[str]:
     """What ``submit`` of ``profile`` from this machine would lack; empty when nothing. The backends' own
     checks (``preflight``) answer where they exist, so doctor and submit never disagree."""
     from launch import backends
-    from launch.errors import SubmitError
     from launch.core.plan import build_plan
+    from launch.errors import SubmitError
 
     plan = build_plan(profile, "ddp", run_dir="/launch-doctor", python=sys.executable, workdir=os.getcwd())
     needs: list[str] = []

@@ -1,5 +1,6 @@
 """What a probe process finds about itself and its machine, none of which can hang: the code's digest, package
-versions, the interface toward the head, the accelerators it sees, and who it is in the check (from torch's
+versions, the interface toward the head, the accelerators it sees, which of the profile's modules load here,
+and who it is in the check (from torch's
 variables, or on TPU hosts from the VM's metadata)."""
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import shlex
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ PACKAGES = ("accelerate", "transformers")  # their versions, as the code would i
 XLA_PORT = 12355  # torch_xla's xla:// rendezvous port, where MASTER_PORT does not say another
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"  # a TPU VM's own facts
 METADATA_TIMEOUT_S = 5.0
+_MODULE_STATE = ("__MODULES_", "_ModuleTable", "__LMOD_REF_COUNT")  # environment-modules' and Lmod's own records
 
 
 def code_digest(script: str | None, module: str | None) -> str:
@@ -159,3 +163,24 @@ def _metadata(key: str) -> str:
     asked = Request(METADATA + key, headers={"Metadata-Flavor": "Google"})
     with urlopen(asked, timeout=METADATA_TIMEOUT_S) as answer:  # noqa: S310 - the fixed metadata address
         return str(answer.read().decode())
+
+
+def module_problems(names: list[str], init: str, timeout_s: float = 60) -> dict[str, str]:
+    """Which of the environment modules ``names`` do not load on this node (``init`` defines ``module`` where
+    the shell lacks it), each with its module system's last word; each tried in a shell of its own."""
+    problems = {}
+    fresh = {name: value for name, value in os.environ.items()  # as if none were loaded: a module loaded by the
+             if name not in ("LOADEDMODULES", "_LMFILES_") and not name.startswith(_MODULE_STATE)}  # setup would pass
+    for name in names:
+        try:
+            done = subprocess.run(["bash", "-c", f"{init}\nmodule load {shlex.quote(name)}"], capture_output=True,
+                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=fresh, check=False)
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            errors = [line for line in lines if "error" in line.lower()]  # the module system's reason, not its
+            said = (errors[:1] or lines[-1:] or [f"exit status {done.returncode}"])[0]  # sign-off ("Please ...")
+            failed = done.returncode != 0
+        except subprocess.TimeoutExpired:
+            said, failed = f"no answer within {timeout_s:.0f} s", True
+        if failed:
+            problems[name] = said
+    return problems

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.core.layout import CHECK, write_json_atomic
-from launch.diagnostics.machine_facts import identity, local_facts
+from launch.diagnostics.machine_facts import identity, local_facts, module_problems
 
 CONNECT_S = 15.0  # to reach the head
 GATHER_S = 30.0  # for every rank to arrive there
@@ -94,8 +94,6 @@ def rank_main(code: argparse.Namespace) -> int:
     problem = facts.pop("interface_problem")
     report.add(**{**facts, "host": me.host})
     if code.modules and me.rank % me.per_node == 0:  # once per node: does each of the profile's modules load here?
-        from launch.runtime.node_setup import module_problems
-
         failing = module_problems(code.modules.split(","), code.module_init)
         report.add(modules={name: failing.get(name, "ok") for name in code.modules.split(",")})
         for name, said in failing.items():

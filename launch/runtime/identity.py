@@ -11,8 +11,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from launch.core.environment import (CHECKPOINT_DIR, DEVICE, DIST_BACKEND, PLAN_ENV, PROFILE, RENDEZVOUS_TIMEOUT,
-                                     RESUME, RUN_DIR, SECRET_NAMES)
+from launch.core.environment import (
+    CHECKPOINT_DIR,
+    DEVICE,
+    DIST_BACKEND,
+    PLAN_ENV,
+    PROFILE,
+    RENDEZVOUS_TIMEOUT,
+    RESUME,
+    RUN_DIR,
+    SECRET_NAMES,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

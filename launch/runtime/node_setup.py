@@ -10,8 +10,6 @@ lines' exit status, so that the job stops before training.
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -22,29 +20,7 @@ from launch.core.layout import node_setup_failures as failures  # noqa: F401
 from launch.core.layout import node_setup_log_path as log_path
 from launch.core.layout import write_json_atomic
 
-_MODULE_STATE = ("__MODULES_", "_ModuleTable", "__LMOD_REF_COUNT")  # environment-modules' and Lmod's own records
 TAIL_LINES = 5
-
-
-def module_problems(names: list[str], init: str, timeout_s: float = 60) -> dict[str, str]:
-    """Which of the environment modules ``names`` do not load on this node (``init`` defines ``module`` where
-    the shell lacks it), each with its module system's last word; each tried in a shell of its own."""
-    problems = {}
-    fresh = {name: value for name, value in os.environ.items()  # as if none were loaded: a module loaded by the
-             if name not in ("LOADEDMODULES", "_LMFILES_") and not name.startswith(_MODULE_STATE)}  # setup would pass
-    for name in names:
-        try:
-            done = subprocess.run(["bash", "-c", f"{init}\nmodule load {shlex.quote(name)}"], capture_output=True,
-                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=fresh, check=False)
-            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-            errors = [line for line in lines if "error" in line.lower()]  # the module system's reason, not its
-            said = (errors[:1] or lines[-1:] or [f"exit status {done.returncode}"])[0]  # sign-off ("Please ...")
-            failed = done.returncode != 0
-        except subprocess.TimeoutExpired:
-            said, failed = f"no answer within {timeout_s:.0f} s", True
-        if failed:
-            problems[name] = said
-    return problems
 
 
 def run(run_dir: str, lines: list[str]) -> int:

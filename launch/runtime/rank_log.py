@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from launch.runtime import phases
 from launch.core.layout import rank_state_path, read_json, write_json_atomic
 from launch.core.secrets import scrub, secret_values
+from launch.runtime import phases
 
 
 class Console:

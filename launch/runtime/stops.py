@@ -15,6 +15,7 @@ from typing import Any
 from launch.core.environment import STOP_SIGNALS
 from launch.runtime.identity import info, names
 
+
 class StopRequested(Exception):  # noqa: N818 - a request, not an error
     """Training stopped at a checkpoint because the scheduler asked; the job continues from it when it runs
     again. Raise it (or exit) after saving: launch ends the task, and the scheduler requeues the job."""

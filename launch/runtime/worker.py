@@ -22,68 +22,43 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
-from launch import job
-from launch.runtime import oom
-from launch.runtime import phases
-from launch.runtime import rank_log as ranklog
+from launch.core.entrypoint import Target
+from launch.core.environment import EXPAND_ARGS
 from launch.core.layout import OOM_HINT, rank_log_path
-from launch.runtime.lifetime import die_with_parent
+from launch.core.lifetime import die_with_parent
 from launch.core.secrets import secret_values
 from launch.core.shell import expand
+from launch.runtime import oom, phases
+from launch.runtime import rank_log as ranklog
+from launch.runtime.checkpoint_writer import flush_checkpoints
+from launch.runtime.identity import info
+from launch.runtime.stops import StopRequested
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-USAGE = "usage: python -m launch.runtime.worker SCRIPT [ARGS...] | [--path DIR] -m MODULE [ARGS...]"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    """The user's code: a script path or a module name, and its arguments, verbatim (or a notebook's function,
-    named here for people; the function itself reaches the processes through fork)."""
-
-    script: str | None = None
-    module: str | None = None
-    args: tuple[str, ...] = ()
-    function: str | None = None
-    path: str | None = None  # the folder a module is imported from (a snapshot's); default the working folder
-
-    @classmethod
-    def from_argv(cls, argv: list[str]) -> Target:
-        if argv[:1] == ["--path"] and argv[2:3] == ["-m"] and len(argv) >= 4:
-            return cls(path=argv[1], module=argv[3], args=tuple(argv[4:]))
-        if argv[:1] == ["-m"] and len(argv) >= 2:
-            return cls(module=argv[1], args=tuple(argv[2:]))
-        if argv and not argv[0].startswith("-"):
-            return cls(script=argv[0], args=tuple(argv[1:]))
-        raise SystemExit(USAGE)
-
-    def argv(self) -> list[str]:
-        """This target on the worker's command line (what follows ``-m launch.runtime.worker``)."""
-        if self.function:
-            return [f"<function {self.function}>"]
-        where = ["--path", self.path] if self.path and self.module else []
-        return [*where, *(["-m", self.module] if self.module else [str(self.script)]), *self.args]
-
-    def run_as_main(self) -> None:
-        """Run the code in this process as its ``python`` command line would (its arguments' ``${NAME}``
-        expanded in this process's environment where ``submit --expand-args`` asked for it)."""
-        if self.function:
-            raise RuntimeError(f"{self.function}: a function runs through launch.notebook, not by name")
-        args = list(self.args)
-        if os.environ.get(job.EXPAND_ARGS) == "1":
-            args = [expand(arg, os.environ) for arg in args]
-        if self.module:
-            if self.path:
-                sys.path[0] = self.path
-            sys.argv = [self.module, *args]  # run_module puts the module's file in sys.argv[0]
-            runpy.run_module(self.module, run_name="__main__", alter_sys=True)
-            return
-        script = str(self.script)
-        sys.argv = [script, *args]
-        sys.path[0] = os.path.dirname(os.path.realpath(script))
-        runpy.run_path(script, run_name="__main__")
+def run_as_main(code: Target) -> None:
+    """Run ``code`` in this process as its ``python`` command line would (its arguments' ``${NAME}``
+    expanded in this process's environment where ``submit --expand-args`` asked for it)."""
+    if code.function:
+        raise RuntimeError(f"{code.function}: a function runs through launch.notebook, not by name")
+    args = list(code.args)
+    if os.environ.get(EXPAND_ARGS) == "1":
+        args = [expand(arg, os.environ) for arg in args]
+    if code.module:
+        if code.path:
+            sys.path[0] = code.path
+        sys.argv = [code.module, *args]  # run_module puts the module's file in sys.argv[0]
+        runpy.run_module(code.module, run_name="__main__", alter_sys=True)
+        return
+    script = str(code.script)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    runpy.run_path(script, run_name="__main__")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +84,7 @@ def rank_of_this_process() -> int:
 def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Ending:
     """``run`` in a child process, as one rank (logged, recorded); wait for it, forwarding signals."""
     rank = rank_of_this_process() if rank is None else rank
-    run_dir = job.info().run_dir
+    run_dir = info().run_dir
     sys.stdout.flush()
     sys.stderr.flush()
     received: list[int] = []
@@ -211,7 +186,7 @@ def describe_signal(signum: int, oom_evidence: str = "") -> str:
 def run_here(run: Callable[[], int | None], *, rank: int) -> int:
     """``run`` in this process as one rank: its output captured into the rank's log (and the main rank's
     terminal), its end recorded; returns its exit status. Exceptions end here, their traceback in the log."""
-    me = job.info()
+    me = info()
     if me.run_dir is None:
         return _exit_status(run)  # no run folder: nothing to checkpoint into
     ranklog.record_rank(me.run_dir, rank, "running")
@@ -219,8 +194,8 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
                              secrets=secret_values(os.environ)):
         try:
             code = _exit_status(run)
-            job.flush_checkpoints()  # a checkpoint still being written in the background is finished first
-        except job.StopRequested as request:
+            flush_checkpoints()  # a checkpoint still being written in the background is finished first
+        except StopRequested as request:
             ranklog.record_rank(me.run_dir, rank, "stopped", request, exit_code=0)
             print(f"{request}; the job continues from it when it runs again", flush=True)
             return 0
@@ -276,7 +251,7 @@ def failure_text(ending: Ending, rank: int) -> str:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     target = Target.from_argv(list(sys.argv[1:] if argv is None else argv))
-    end_as(supervise(target.run_as_main))
+    end_as(supervise(partial(run_as_main, target)))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 
-from launch import job
-from launch.runtime import worker
 from launch.core.devices import xla_import_failure
-from launch.runtime.worker import Target
+from launch.core.entrypoint import Target
+from launch.runtime import console, worker
 
 
 def _run_on_device(index: int, code: Target) -> None:
@@ -20,7 +20,7 @@ def _run_on_device(index: int, code: Target) -> None:
 
     rank = xr.global_ordinal()
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(xr.local_ordinal()), WORLD_SIZE=str(xr.world_size()))
-    status = worker.run_here(code.run_as_main, rank=rank)
+    status = worker.run_here(partial(worker.run_as_main, code), rank=rank)
     if status:
         raise SystemExit(status)  # torch_xla's launcher reports a failed process
 
@@ -35,7 +35,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from launch.runtime import xla_worker  # by its name: the spawned processes import the function they run from there
+    from launch.runtime import (
+        xla_worker,  # by its name: the spawned processes import the function they run from there
+    )
 
     xla_worker.main()
-    job.exit(0)
+    console.exit(0)

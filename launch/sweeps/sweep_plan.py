@@ -21,7 +21,7 @@ from launch.core.commands import PlanFile
 from launch.core.plan import LaunchPlan, build_plan
 from launch.core.profile import Profile
 from launch.core.snapshot import Snapshot
-from launch.runtime.worker import Target
+from launch.core.entrypoint import Target
 
 RECORD = "sweep.json"
 MAX_PORT = 65535

@@ -25,7 +25,7 @@ from launch.backends.local import backend as local
 from launch.core.plan import build_plan
 from launch.core.profile_loader import load_profile
 from launch.core.plan_text import render_text
-from launch.runtime.worker import Target
+from launch.core.entrypoint import Target
 from train.args import TrainArgs, parse_train_args
 
 # Anything a process can receive: every character but NUL (and lone surrogates, which no OS string holds).

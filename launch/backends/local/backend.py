@@ -23,7 +23,7 @@ from launch.backends import State
 from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable
 from launch.errors import SubmitError, WorkerFailure
 from launch.core.environment import RUN_DIR
-from launch.runtime.lifetime import die_with_parent
+from launch.core.lifetime import die_with_parent
 from launch.core.commands import NodeCommand
 from launch.backends.local.job import LocalJob, build
 from launch.core.plan import LaunchPlan, PlanInputs

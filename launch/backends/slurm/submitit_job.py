@@ -13,7 +13,7 @@ from launch.core.commands import PlanFile
 from launch.core.profile import Profile
 from launch.core.rendezvous import PORT_BASE, PORT_SPAN
 from launch.backends.slurm.sbatch_script import env_exports, gpus_per_node, node_setup_step
-from launch.runtime.worker import Target
+from launch.core.entrypoint import Target
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,16 +15,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import NoReturn
 
 from launch import job
-from launch.runtime import phases
-from launch.runtime import worker
+from launch.backends.slurm.state import job_state
+from launch.core.entrypoint import Target
 from launch.core.layout import REQUEUED, read_json, write_json_atomic
 from launch.core.rendezvous import port_for_job
 from launch.core.shell import with_env
-from launch.backends.slurm.state import job_state
-from launch.runtime.worker import Target
+from launch.runtime import phases, worker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +99,7 @@ class Bootstrap:
         signal.pthread_sigmask(signal.SIG_BLOCK, worker.FORWARDED)  # until supervise forwards them (no gap)
         for sig in (self.requeue_signal, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        ending = worker.supervise(self.code.run_as_main, rank=facts.global_rank)
+        ending = worker.supervise(partial(worker.run_as_main, self.code), rank=facts.global_rank)
         # A signal that came after the code had finished its work (say, during its final evaluation) changes
         # nothing: the job is done, not to be requeued.
         if _stopped(ending):
