@@ -5,8 +5,13 @@ Each backend is a folder (``local/``, ``slurm/``, ``ssh/``, ``gcloud/``) whose o
 it builds its own job from the plan's inputs, renders, checks, runs and follows it, and says what it can do
 (arrays, secrets forwarded from here, workers restarted, notebooks, how accelerate learns a node's rank). It is
 one line of ``BACKENDS`` (imported when first used, so that ``render`` never pays for another backend's
-imports), and ``name_for`` says which profile kind it serves. A plan's job names its backend; a run folder's
-state.json records it, and ``status``, ``logs`` and ``cancel`` dispatch on that record.
+imports), and ``name_for`` says which profile kind it serves; its profile section's rules are one line of
+``SECTIONS``. A plan's job names its backend; a run folder's state.json records it, and ``status``, ``logs``
+and ``cancel`` dispatch on that record.
+
+A backend may import every layer beneath it (``launch.core``, ``launch.launchers``, ``launch.runs``); of
+``launch.runtime`` only what runs inside the job (SLURM's task bootstrap). Other layers reach a backend through
+this module only.
 """
 
 from __future__ import annotations
