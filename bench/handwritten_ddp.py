@@ -26,7 +26,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from launch.runtime.phases import process_started_at  # standard library only: when this process started, from /proc
+from launch.runtime.phases import (
+    process_started_at,  # standard library only: when this process started, from /proc
+)
 from train.data import load_datasets
 from train.model import Net
 

@@ -26,7 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, default_profile, launch_submit, median, rank_peak_rss_mb, table, write_json
+from common import (
+    ROOT,
+    default_profile,
+    launch_submit,
+    median,
+    rank_peak_rss_mb,
+    table,
+    write_json,
+)
 
 HANDWRITTEN = "hand-written DDP + torchrun"
 HANDWRITTEN_LAUNCHED = "hand-written DDP + launch --script"

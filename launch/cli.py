@@ -10,13 +10,16 @@ from typing import NoReturn
 
 import yaml
 
-from launch import runner
+from launch import follow_up, runner
 from launch.core.plan import LAUNCHERS
-from launch.core.profile_loader import bundled_profile_names, load_profile, profile_to_mapping
+from launch.core.profile_loader import (
+    bundled_profile_names,
+    load_profile,
+    profile_to_mapping,
+)
 from launch.errors import LaunchError
 from launch.launchers.strategies import STRATEGIES
 from launch.runner import RUNS, write_new
-from launch import follow_up
 
 
 class _Parser(argparse.ArgumentParser):

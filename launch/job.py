@@ -23,23 +23,59 @@ torch's variables alone: one process, no run folder. Importing this module impor
 from __future__ import annotations
 
 from launch.core.devices import default_dist_backend, xla_import_failure
-from launch.core.environment import (CHECKPOINT_DIR, DEVICE, DIST_BACKEND, ENVIRONMENT, EXPAND_ARGS, PLAN_ENV,
-                                     PROFILE, RENDEZVOUS_TIMEOUT, RESUME, RUN_DIR, SECRET_NAMES, STOP_SIGNALS)
-from launch.runtime.checkpoint_writer import (MEMORY_PREFIX, background_writes_pay, flush_checkpoints,
-                                              latest_checkpoint, latest_checkpoint_path, resume_from, save_checkpoint,
-                                              save_checkpoint_in_background, wait_for_checkpoints)
+from launch.core.environment import (
+                                     CHECKPOINT_DIR,
+                                     DEVICE,
+                                     DIST_BACKEND,
+                                     ENVIRONMENT,
+                                     EXPAND_ARGS,
+                                     PLAN_ENV,
+                                     PROFILE,
+                                     RENDEZVOUS_TIMEOUT,
+                                     RESUME,
+                                     RUN_DIR,
+                                     SECRET_NAMES,
+                                     STOP_SIGNALS,
+)
+from launch.core.lifetime import die_with_parent
+from launch.runtime.checkpoint_writer import (
+                                     MEMORY_PREFIX,
+                                     background_writes_pay,
+                                     flush_checkpoints,
+                                     latest_checkpoint,
+                                     latest_checkpoint_path,
+                                     resume_from,
+                                     save_checkpoint,
+                                     save_checkpoint_in_background,
+                                     wait_for_checkpoints,
+)
 from launch.runtime.checkpoints import KEEP as KEEP_CHECKPOINTS
 from launch.runtime.checkpoints import CheckpointWriteError, Position
 from launch.runtime.checkpoints import point_at as point_at_checkpoint
 from launch.runtime.checkpoints import publish as publish_checkpoint
 from launch.runtime.checkpoints import stage as stage_checkpoint
 from launch.runtime.checkpoints import staging_path as staging_folder
-from launch.runtime.console import at_terminal, exit, mask, phase_done, run_as_rank, scrub, secret_values, status_line
+from launch.runtime.console import (
+                                     at_terminal,
+                                     exit,
+                                     mask,
+                                     phase_done,
+                                     run_as_rank,
+                                     scrub,
+                                     secret_values,
+                                     status_line,
+)
 from launch.runtime.identity import JobInfo, info
-from launch.core.lifetime import die_with_parent
 from launch.runtime.metrics import log_metrics, write_result
-from launch.runtime.stops import (StopRequested, agreed_stop, should_stop, stop_requested, stop_signals, watch_stops,
-                                  watching)
+from launch.runtime.stops import (
+                                     StopRequested,
+                                     agreed_stop,
+                                     should_stop,
+                                     stop_requested,
+                                     stop_signals,
+                                     watch_stops,
+                                     watching,
+)
 
 __all__ = [
     # who this process is

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from launch import backends
 from launch.core import snapshot
 from launch.core.code_checks import check_code, check_example_args
+from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan, build_plan
 from launch.core.plan_text import render_text
 from launch.core.profile import Profile
@@ -30,7 +31,6 @@ from launch.errors import ConfigError, LaunchError, SubmitError, WorkerFailure
 from launch.launchers.accelerate_config import UserConfig
 from launch.launchers.strategies import Strategy, get_strategy
 from launch.runs import run_folder
-from launch.core.entrypoint import Target
 
 if TYPE_CHECKING:
     from launch.backends import Backend

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from train.args import TrainArgs
 from launch import job
-
+from train.args import TrainArgs
 
 DistEnv = job.JobInfo  # who this process is, as launch.job says (the examples' name for it)
 

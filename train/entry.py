@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from launch import job
 from train.args import TrainArgs, parse_train_args, with_job_defaults

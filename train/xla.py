@@ -95,7 +95,9 @@ def launch(module_name: str, argv: list[str]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: python -m train.xla MODULE [TRAIN_ARGS]")
-    from train import xla  # by its name: the spawned processes import the function they run from there
+    from train import (
+        xla,  # by its name: the spawned processes import the function they run from there
+    )
 
     xla.launch(sys.argv[1], sys.argv[2:])
     job.exit(0)

@@ -7,9 +7,9 @@ import importlib
 import subprocess
 from pathlib import Path
 
+from launch.core.entrypoint import Target
 from launch.errors import LaunchError
 from launch.launchers.strategies import Strategy
-from launch.core.entrypoint import Target
 
 # Run by the job's Python in the submitting folder: finds the module as `python -m` there would (a package's
 # __init__ runs; the module itself is not executed).

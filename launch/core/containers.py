@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from launch.errors import CONTROL_CHARACTERS
 from launch.core.profile import ContainerSection, Profile
 from launch.core.shell import Arg
+from launch.errors import CONTROL_CHARACTERS
 
 # What a container started by podman gets from the environment it is started in: SLURM's variables (a task's
 # rank and node), launch's, and the plan's own names (given one by one).

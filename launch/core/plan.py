@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from launch.core import containers, site_shell
 from launch.core import environment as contract
 from launch.core.commands import NodeCommand, PlanFile
+from launch.core.entrypoint import Target
 from launch.core.layout import CHECKPOINTS
 from launch.core.profile import Profile
 from launch.core.rendezvous import INTERFACE_VARIABLES
@@ -24,10 +25,6 @@ from launch.core.snapshot import Snapshot, path_in
 from launch.errors import LaunchError
 from launch.launchers.accelerate_config import UserConfig
 from launch.launchers.strategies import NodeContext, Strategy, get_strategy
-from launch.core.entrypoint import Target
-
-if TYPE_CHECKING:
-    pass
 
 PROBE = "launch.diagnostics.probe"  # what `launch check` runs instead of the code
 NODE_REACH = "launch.diagnostics.node_reach"  # `launch check` on sbatch and ssh: before each node's launcher

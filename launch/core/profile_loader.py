@@ -10,13 +10,12 @@ from typing import Any
 
 import yaml
 
-from launch.errors import ConfigError, did_you_mean
-from launch.core import containers
-from launch.core import site_shell
+from launch.core import containers, site_shell
+from launch.core.environment import ENVIRONMENT
 from launch.core.profile import Profile
 from launch.core.profile_schema import convert_dataclass
 from launch.core.rendezvous import TORCH_CONTRACT
-from launch.core.environment import ENVIRONMENT
+from launch.errors import ConfigError, did_you_mean
 
 LAUNCH_VARIABLES = tuple(name for name, _ in ENVIRONMENT)  # launch sets them; a profile cannot
 

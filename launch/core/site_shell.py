@@ -14,9 +14,9 @@ import shlex
 from dataclasses import replace
 from pathlib import PurePosixPath
 
-from launch.errors import CONTROL_CHARACTERS
 from launch.core.layout import LOGS
 from launch.core.profile import Profile
+from launch.errors import CONTROL_CHARACTERS
 
 NODE_SETUP = "launch.runtime.node_setup"  # runs a profile's node_setup lines on one node, recording a failure
 SETUP_FAILED = "setup-failed"  # RUN/logs/setup-failed-HOST.txt: where and at which line the setup stopped

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from launch.errors import ConfigError
 from launch.core.profile import Profile
+from launch.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +48,9 @@ class NodeWiring:
 
 def node_wiring(profile: Profile) -> NodeWiring | None:
     """How the backend that runs ``profile`` gives each node its rank and the head (the backend decides)."""
-    from launch import backends  # the registry; the backends' planning imports this module
+    from launch import (
+        backends,  # the registry; the backends' planning imports this module
+    )
 
     return backends.for_profile(profile).accelerate_wiring
 

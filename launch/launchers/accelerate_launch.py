@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from launch.launchers.accelerate_config import UserConfig, launch_env, render_config
 from launch.core.profile import Profile
 from launch.core.shell import Arg
+from launch.launchers.accelerate_config import UserConfig, launch_env, render_config
 from launch.launchers.context import NodeContext, Runner
 
 CONFIG_NAME = "accelerate_config.yaml"

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launch.errors import LaunchError, did_you_mean
-from launch.launchers import accelerate_launch
-from launch.launchers import torchrun
+from launch.launchers import accelerate_launch, torchrun
 from launch.launchers.context import NodeContext, Runner
 
 

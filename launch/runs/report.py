@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from launch.runs import run_folder
-from launch.errors import LaunchError
 from launch.core.layout import METRICS
+from launch.errors import LaunchError
+from launch.runs import run_folder
 
 SUMMARY_COLUMNS = ("run", "strategy", "world", "steps", "eval acc", "eval loss", "samples/s", "wall s")
 

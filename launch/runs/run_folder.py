@@ -10,12 +10,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from launch.core import site_shell
-from launch.core import snapshot
-from launch.errors import SubmitError
+from launch.core import site_shell, snapshot
+from launch.core.layout import (
+    LOGS,
+    OOM_HINT,
+    PLAN_TEXT,
+    RESULT,
+    STATE,
+    latest_checkpoint,
+    node_setup_failures,
+    rank_log_path,
+    rank_state_path,
+    rank_times_path,
+    read_json,
+    write_json_atomic,
+)
 from launch.core.plan import LaunchPlan
-from launch.core.layout import (LOGS, OOM_HINT, PLAN_TEXT, RESULT, STATE, latest_checkpoint, node_setup_failures,
-                                rank_log_path, rank_state_path, rank_times_path, read_json, write_json_atomic)
+from launch.errors import SubmitError
 
 # The layout itself is launch.core.layout's (the jobs write into the same folder); re-exported for the host side.
 __all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "claim_run_dir", "first_failure",

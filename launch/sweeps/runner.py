@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 
 from launch import backends
-from launch.runs import report
-from launch.runs import run_folder
-from launch.sweeps import sweep_plan as sweep
-from launch.errors import LaunchError, SubmitError, WorkerFailure
 from launch.core.layout import write_json_atomic
 from launch.core.plan_text import render_text
+from launch.errors import LaunchError, SubmitError, WorkerFailure
+from launch.runs import report, run_folder
+from launch.sweeps import sweep_plan as sweep
 
 POLL_S = 2.0
 POLLS_PER_S = 25  # scheduler queries a second, at most, while following a sweep (one per point and poll)

@@ -6,22 +6,22 @@ arrays (SLURM) the job array that runs them; ``sweep.json`` in the sweep folder 
 
 from __future__ import annotations
 
-import os
 import dataclasses
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import Any, Protocol
 
 from launch import backends
-from launch.launchers.accelerate_config import UserConfig
-from launch.errors import LaunchError, SubmitError
-from launch.sweeps.grid import Grid, Point
-from launch.core.layout import read_json, write_json_atomic
 from launch.core.commands import PlanFile
+from launch.core.entrypoint import Target
+from launch.core.layout import read_json, write_json_atomic
 from launch.core.plan import LaunchPlan, build_plan
 from launch.core.profile import Profile
 from launch.core.snapshot import Snapshot
-from launch.core.entrypoint import Target
+from launch.errors import LaunchError, SubmitError
+from launch.launchers.accelerate_config import UserConfig
+from launch.sweeps.grid import Grid, Point
 
 RECORD = "sweep.json"
 MAX_PORT = 65535

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import processes_mentioning, run_cli, wait_for
 from tests.user_code_runs import (
     HOSTILE,
     PROBE,
@@ -21,7 +22,6 @@ from tests.user_code_runs import (
     assert_accelerate_test_passed,
     probes,
 )
-from tests.helpers import processes_mentioning, run_cli, wait_for
 
 
 def _slurm(env: dict[str, str], *argv: str) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.terminal import CLEAR_LINE, run_on_terminal
 from tests.helpers import ROOT, run_cli
+from tests.terminal import CLEAR_LINE, run_on_terminal
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "trainer"])

@@ -271,7 +271,7 @@ def test_a_rank_that_prints_or_raises_a_secret_leaves_it_nowhere(tmp_path: Path)
         assert value not in log + record + done.stdout + done.stderr
 
 
-def _resume_in_rank(rank: int, store_file: str, folders: list[str], errors: "object") -> None:
+def _resume_in_rank(rank: int, store_file: str, folders: list[str], errors: object) -> None:
     import torch.distributed as dist
 
     from train import checkpoint

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.launchers.accelerate_config import render_config
 from launch.cli import main
 from launch.core.plan import build_plan
 from launch.core.profile_loader import bundled_profile_names, load_profile
+from launch.launchers.accelerate_config import render_config
 from tests.helpers import ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden" / "accelerate"
@@ -82,7 +82,10 @@ def test_render_shows_the_config_it_writes_and_the_command_that_uses_it(tmp_path
 @pytest.mark.parametrize("name", ["local-2gpu", "tpu-v4-8", "tpu-v4-32"])
 def test_gpu_and_tpu_files_need_no_more_than_the_file(name: str, tmp_path: Path) -> None:
     """What `accelerate launch --config_file F script.py` would do with them (no GPU or TPU needed to ask)."""
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.commands.launch import (
+        _validate_launch_command,
+        launch_command_parser,
+    )
 
     from launch.launchers.accelerate_config import launch_env, working_command
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from launch import job
-from launch.runtime import checkpoint_writer, checkpoints
-from launch.runtime import phases
+from launch.runtime import checkpoint_writer, checkpoints, phases
 
 
 @pytest.fixture

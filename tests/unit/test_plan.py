@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from launch.core import shell
-from launch.errors import LaunchError
-from launch.core.secrets import looks_secret
 from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
 from launch.core.plan_text import render_text
+from launch.core.profile_loader import load_profile
 from launch.core.rendezvous import port_for_job, port_for_job_shell
+from launch.core.secrets import looks_secret
 from launch.core.shell import EnvRef
+from launch.errors import LaunchError
 from tests.helpers import ROOT, run_cli
 
 PYTHON = "/opt/venv/bin/python"

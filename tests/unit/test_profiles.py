@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from launch.cli import main
-from launch.errors import ConfigError
 from launch.core.profile_loader import BUNDLED_DIR, bundled_profile_names, load_profile
+from launch.errors import ConfigError
 from tests.helpers import run_cli
 
 

@@ -7,20 +7,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
-
-from launch import backends
 from typing import TYPE_CHECKING
 
-from launch.backends import remote_shell
-from launch.runs import run_folder
-from launch.backends import State
-from launch.backends.local import backend as local
-from launch.errors import LaunchError, SubmitError
-from launch.core.commands import NodeCommand
+from launch import backends
+from launch.backends import State, remote_shell
 from launch.backends.gcloud.job import GcloudJob, build
+from launch.backends.local import backend as local
+from launch.core.commands import NodeCommand
 from launch.core.plan import LaunchPlan, PlanInputs
-from launch.core.profile import Profile
 from launch.core.plan_text import file_lines, node_lines
+from launch.core.profile import Profile
+from launch.errors import LaunchError, SubmitError
+from launch.runs import run_folder
 
 if TYPE_CHECKING:
     from launch.diagnostics.doctor import Machine

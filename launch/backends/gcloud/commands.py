@@ -10,8 +10,8 @@ import shlex
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
-from launch.core.profile import TpuSection
 from launch.backends.remote_shell import SNAPSHOT_TAR, pack_snapshot
+from launch.core.profile import TpuSection
 
 
 def _gcloud(tpu: TpuSection, verb: str, *operands: str) -> tuple[str, ...]:

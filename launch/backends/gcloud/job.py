@@ -10,8 +10,17 @@ from launch.backends import remote_shell
 from launch.backends.gcloud import commands as tpu
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.layout import CHECK, LOGS, METRICS, RESULT
-from launch.core.plan import LaunchPlan, PlanInputs, in_shell, make_plan, node_argv, plan_env, plan_files
+from launch.core.plan import (
+    LaunchPlan,
+    PlanInputs,
+    in_shell,
+    make_plan,
+    node_argv,
+    plan_env,
+    plan_files,
+)
 from launch.launchers.context import NodeContext
+
 
 @dataclass(frozen=True, kw_only=True)
 class GcloudJob:

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from launch.core.profile import Profile, TpuSection
-from launch.core.site_shell import check_section_python
 from launch.core.secrets import looks_secret
+from launch.core.site_shell import check_section_python
 from launch.errors import CONTROL_CHARACTERS
 
 _TPU_NAMES = (  # what gcloud compute tpus tpu-vm accepts

@@ -11,24 +11,23 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from launch.runs import run_folder
-from launch.core import shell
 from launch.backends import State
+from launch.backends.local.job import LocalJob, build
+from launch.core import shell
+from launch.core.commands import NodeCommand
 from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable
-from launch.errors import SubmitError, WorkerFailure
 from launch.core.environment import RUN_DIR
 from launch.core.lifetime import die_with_parent
-from launch.core.commands import NodeCommand
-from launch.backends.local.job import LocalJob, build
 from launch.core.plan import LaunchPlan, PlanInputs
-from launch.core.profile import Profile
 from launch.core.plan_text import file_lines, node_lines
+from launch.core.profile import Profile
+from launch.errors import SubmitError, WorkerFailure
+from launch.runs import run_folder
 
 if TYPE_CHECKING:
     from launch.diagnostics.doctor import Machine

@@ -6,8 +6,18 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.plan import LaunchPlan, PlanInputs, contained, in_shell, make_plan, node_argv, plan_env, plan_files
+from launch.core.plan import (
+    LaunchPlan,
+    PlanInputs,
+    contained,
+    in_shell,
+    make_plan,
+    node_argv,
+    plan_env,
+    plan_files,
+)
 from launch.launchers.context import NodeContext
+
 
 @dataclass(frozen=True, kw_only=True)
 class LocalJob:

@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launch.backends.slurm import sbatch_text
+from launch.backends.slurm.sbatch_script import (
+    MANAGED_SRUN_OPTIONS,
+    SBATCH_OPTIONS,
+    SRUN_OPTIONS,
+)
 from launch.core.rendezvous import TORCH_CONTRACT
-from launch.backends.slurm.sbatch_script import MANAGED_SRUN_OPTIONS, SBATCH_OPTIONS, SRUN_OPTIONS
 
 SLURM_KEYS = {"partition": "partition", "account": "account", "qos": "qos", "constraint": "constraint",
               "job-name": "job_name"}

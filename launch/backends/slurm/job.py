@@ -10,8 +10,16 @@ from typing import ClassVar
 from launch.backends.slurm import sbatch_script
 from launch.backends.slurm.submitit_job import submitit_job
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.plan import (LaunchPlan, PlanInputs, contained, head_first, make_plan, node_argv,
-                              plan_env, plan_files)
+from launch.core.plan import (
+    LaunchPlan,
+    PlanInputs,
+    contained,
+    head_first,
+    make_plan,
+    node_argv,
+    plan_env,
+    plan_files,
+)
 from launch.core.profile import Profile
 from launch.core.rendezvous import SLURM_NODE_ID
 from launch.core.shell import EnvRef

@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launch.errors import CONTROL_CHARACTERS, did_you_mean
-from launch.core.profile import Profile, SlurmSection
 from launch.backends.slurm.sbatch_script import (
     MANAGED_SRUN_OPTIONS,
     SBATCH_OPTIONS,
     SRUN_OPTIONS,
     managed_option,
 )
+from launch.core.profile import Profile, SlurmSection
+from launch.errors import CONTROL_CHARACTERS, did_you_mean
 
 # Measured on Slurm 22.05, which checks limits every 30 s and signals up to that much early: with the signal
 # 100 s before a 2 min limit, a requeued job got it as it started, before its tasks could handle it (they

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import shlex
 
-from launch.core import containers
-from launch.core import site_shell
-from launch.core import shell
-from launch.errors import LaunchError
+from launch.core import containers, shell, site_shell
 from launch.core.commands import NodeCommand
 from launch.core.profile import Profile
 from launch.core.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.core.secrets import looks_secret
+from launch.errors import LaunchError
 
 # sbatch options launch writes itself or that would contradict what it writes, with where each comes from.
 MANAGED_OPTIONS = {"nodes": "nodes",

@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import ClassVar
 
-from launch.core import containers
-from launch.core import site_shell
+from launch.backends.slurm.sbatch_script import (
+    env_exports,
+    gpus_per_node,
+    node_setup_step,
+)
+from launch.core import containers, site_shell
 from launch.core.commands import PlanFile
+from launch.core.entrypoint import Target
 from launch.core.profile import Profile
 from launch.core.rendezvous import PORT_BASE, PORT_SPAN
-from launch.backends.slurm.sbatch_script import env_exports, gpus_per_node, node_setup_step
-from launch.core.entrypoint import Target
 
 
 @dataclass(frozen=True, kw_only=True)

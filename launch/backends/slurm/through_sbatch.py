@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 from launch.backends.slurm import sbatch_script
 from launch.backends.slurm.backend import SlurmBackend, sbatch_reason, secrets
-from launch.backends.slurm.job import ARRAY_SCRIPT, ArrayJob, SbatchJob, array_spec, build_sbatch, job_name
+from launch.backends.slurm.job import (
+    ARRAY_SCRIPT,
+    ArrayJob,
+    SbatchJob,
+    array_spec,
+    build_sbatch,
+    job_name,
+)
 from launch.core.commands import PlanFile
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines

@@ -9,22 +9,21 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-from launch import backends
 from typing import TYPE_CHECKING
 
-from launch.runs import run_folder
+from launch import backends
 from launch.backends import State
 from launch.backends.local import backend as local
-from launch.errors import SubmitError
-from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
-from launch.core.plan import LaunchPlan, PlanInputs
-from launch.core.plan_text import file_lines, node_lines
 from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
+from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
 from launch.backends.ssh.job import SshJob, SshNode, build, job_run_dir
+from launch.core.plan import LaunchPlan, PlanInputs
+from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
+from launch.errors import SubmitError
 from launch.launchers.accelerate_config import NodeWiring
+from launch.runs import run_folder
 
 if TYPE_CHECKING:
     from launch.diagnostics.doctor import Machine

@@ -14,8 +14,17 @@ from launch.backends.ssh import commands as ssh
 from launch.core import site_shell
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.layout import CHECK, LOGS, METRICS, RESULT
-from launch.core.plan import (LaunchPlan, PlanInputs, contained, head_first, in_shell, make_plan, node_argv, plan_env,
-                              plan_files)
+from launch.core.plan import (
+    LaunchPlan,
+    PlanInputs,
+    contained,
+    head_first,
+    in_shell,
+    make_plan,
+    node_argv,
+    plan_env,
+    plan_files,
+)
 from launch.core.profile import Profile, SshSection
 from launch.core.rendezvous import port_for_run
 from launch.core.secrets import looks_secret
