@@ -176,7 +176,7 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
         return 0
     if args.max_parallel is not None:
         raise LaunchError("--max-parallel: applies to a sweep", "give --grid KEY=V1,V2 too")
-    from launch.core.plan_text import render_text
+    from launch.backends import render_text
 
     print(render_text(runner.plan(_request(args, train_argv), for_submit=False)), end="")
     return 0

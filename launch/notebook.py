@@ -48,8 +48,7 @@ def run(code: Callable[..., Any] | str, profile: str | None = None, *, args: tup
     if unknown:
         raise LaunchError(f"notebook.run: unknown training argument {unknown[0]!r};"
                           f"{did_you_mean(unknown[0], TRAIN_ARGUMENTS)} allowed: {', '.join(TRAIN_ARGUMENTS)}")
-    from launch.core.code_checks import check_example_args
-    from launch.launchers.strategies import get_strategy
+    from launch.launchers.strategies import check_example_args, get_strategy
 
     argv = tuple(item for key, value in train_args.items() for item in ("--" + key.replace("_", "-"), str(value)))
     check_example_args(get_strategy(strategy), argv)

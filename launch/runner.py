@@ -20,16 +20,15 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from launch import backends
 from launch.core import snapshot
-from launch.core.code_checks import check_code, check_example_args
+from launch.core.code_checks import check_code
 from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan, build_plan
-from launch.core.plan_text import render_text
 from launch.core.profile import Profile
 from launch.core.profile_loader import load_profile
 from launch.core.snapshot import Snapshot
 from launch.errors import ConfigError, LaunchError, SubmitError, WorkerFailure
 from launch.launchers.accelerate_config import UserConfig
-from launch.launchers.strategies import Strategy, get_strategy
+from launch.launchers.strategies import Strategy, check_example_args, get_strategy
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
@@ -164,7 +163,7 @@ def prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, ob
     if (run_dir / run_folder.STATE).is_file() and backends.is_active(backends.status(run_dir)):
         raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
     backend.preflight(plan)
-    return run_folder.prepare_run_dir(plan, render_text(plan), resume=resume)
+    return run_folder.prepare_run_dir(plan, backends.render_text(plan), resume=resume)
 
 
 def submit(request: Request, *, check_first: bool = False) -> int:

@@ -107,6 +107,13 @@ class Backend(Protocol):
         """The job's hosts in node order, where known (names a node that never reported)."""
 
 
+def render_text(plan: LaunchPlan) -> str:
+    """The plan as ``render`` prints it and its run folder keeps it (plan.txt): its own lines, then its job's."""
+    from launch.core.plan_text import plan_lines
+
+    return "\n".join([*plan_lines(plan), *get(plan.job.backend).render(plan)]) + "\n"
+
+
 def name_for(profile: Profile, launcher: str = "submitit") -> str:
     """The one place a profile's kind picks a backend (SLURM's by its launcher, submitit or sbatch)."""
     if profile.kind == "slurm":

@@ -1,15 +1,14 @@
-"""Checks of the code a plan runs, made before anything is written or queued: the script exists, the module
-imports with the job's Python from the submitting folder, a bundled example accepts its arguments."""
+"""Checks of the user's code a plan runs, made before anything is written or queued: the script exists, the module
+imports with the job's Python from the submitting folder. (A bundled example's arguments: its strategy checks
+them, ``launchers.strategies.check_example_args``.)"""
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 from pathlib import Path
 
 from launch.core.entrypoint import Target
 from launch.errors import LaunchError
-from launch.launchers.strategies import Strategy
 
 # Run by the job's Python in the submitting folder: finds the module as `python -m` there would (a package's
 # __init__ runs; the module itself is not executed).
@@ -56,21 +55,3 @@ def check_code(code: Target, *, python: str, workdir: str) -> None:
         reason = (done.stderr.strip().splitlines() or ["not found"])[-1]
         raise LaunchError(f"--module {name}: does not import with {python} from {workdir} ({reason})",
                           "run launch from the folder `python -m` would import it from, or install its package")
-
-
-def check_example_args(strategy: Strategy, args: tuple[str, ...]) -> None:
-    """The bundled example's own parser on ``args``; its refusal becomes one line."""
-    module, _, function = strategy.example.check_args.partition(":")
-    top = module.split(".")[0]
-    found = importlib.util.find_spec(top)
-    bundled = Path(__file__).resolve().parents[2] / top  # the examples' package, installed beside launch
-    if found is None or found.origin is None or Path(found.origin).resolve().parent != bundled:
-        where = found.origin if found is not None and found.origin else f"no {top} package"
-        raise LaunchError(f"--strategy {strategy.name}: the bundled example's package {top} is not launch's own "
-                          f"here ({where} stands in for it)",
-                          "run from another folder, or give your own script with --script")
-    parse = getattr(importlib.import_module(module), function)
-    try:
-        parse(list(args))
-    except ValueError as error:
-        raise LaunchError(f"TRAIN_ARGS: {error}") from None

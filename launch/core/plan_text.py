@@ -1,4 +1,5 @@
-"""A plan as text for people: what runs, with which environment, where; the job's part comes from its backend."""
+"""A plan as text for people: what runs, with which environment, where. The plan's own lines; its job's part comes
+from its backend (``launch.backends.render_text`` puts the two together)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from launch.core.plan import LaunchPlan
 from launch.core.secrets import mask
 
 
-def render_text(plan: LaunchPlan) -> str:
-    from launch import backends
-
+def plan_lines(plan: LaunchPlan) -> list[str]:
+    """What every plan says, whatever runs it: profile, strategy, code, world, run folder, snapshot, backend."""
     profile = plan.profile
     code = shell.join(plan.code.argv())
     out = [f"profile:   {profile.name} ({profile.source})",
@@ -27,8 +27,7 @@ def render_text(plan: LaunchPlan) -> str:
            *([f"snapshot:  {plan.snapshot.describe()}, copied to {plan.run_dir}/code at submit; the job runs "
               "that copy"] if plan.snapshot else []),
            f"backend:   {plan.job.backend}"]
-    out += backends.get(plan.job.backend).render(plan)
-    return "\n".join(out) + "\n"
+    return out
 
 
 def env_lines(env: Iterable[tuple[str, str]], secrets: tuple[str, ...], indent: str = "    ") -> list[str]:

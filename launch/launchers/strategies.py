@@ -8,7 +8,10 @@ example's own argument check, looked up by name when a plan is made.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 
 from launch.errors import LaunchError, did_you_mean
 from launch.launchers import accelerate_launch, torchrun
@@ -55,3 +58,21 @@ def get_strategy(name: str) -> Strategy:
         raise LaunchError(f"--strategy: unknown strategy {name!r};{did_you_mean(name, STRATEGIES)} "
                           f"allowed: {', '.join(STRATEGIES)}")
     return STRATEGIES[name]
+
+
+def check_example_args(strategy: Strategy, args: tuple[str, ...]) -> None:
+    """The bundled example's own parser on ``args``; its refusal becomes one line."""
+    module, _, function = strategy.example.check_args.partition(":")
+    top = module.split(".")[0]
+    found = importlib.util.find_spec(top)
+    bundled = Path(__file__).resolve().parents[2] / top  # the examples' package, installed beside launch
+    if found is None or found.origin is None or Path(found.origin).resolve().parent != bundled:
+        where = found.origin if found is not None and found.origin else f"no {top} package"
+        raise LaunchError(f"--strategy {strategy.name}: the bundled example's package {top} is not launch's own "
+                          f"here ({where} stands in for it)",
+                          "run from another folder, or give your own script with --script")
+    parse = getattr(importlib.import_module(module), function)
+    try:
+        parse(list(args))
+    except ValueError as error:
+        raise LaunchError(f"TRAIN_ARGS: {error}") from None

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from launch import backends
 from launch.core.layout import write_json_atomic
-from launch.core.plan_text import render_text
 from launch.errors import LaunchError, SubmitError, WorkerFailure
 from launch.runs import report, run_folder
 from launch.sweeps import sweep_plan as sweep
@@ -31,7 +30,7 @@ def render_sweep(plan: sweep.SweepPlan) -> str:
     width = len(str(len(plan.points) - 1))
     out += [f"point {point.index:>{width}}: {' '.join(point.args())}  ->  {run.run_dir}"
             for point, run in zip(plan.points, plan.plans, strict=True)]
-    return "\n".join(out) + "\n\n" + render_text(plan.plans[0])
+    return "\n".join(out) + "\n\n" + backends.render_text(plan.plans[0])
 
 
 def submit_sweep(plan: sweep.SweepPlan, *, detach: bool) -> int:
@@ -46,7 +45,7 @@ def submit_sweep(plan: sweep.SweepPlan, *, detach: bool) -> int:
     (folder / run_folder.LOGS).mkdir(exist_ok=True)
     write_json_atomic(folder / sweep.RECORD, sweep.record(plan))
     for point in plan.plans:
-        run_folder.prepare_run_dir(point, render_text(point), resume=False)
+        run_folder.prepare_run_dir(point, backends.render_text(point), resume=False)
     return start_points(plan, tuple(range(len(plan.points))), detach=detach)
 
 
@@ -213,7 +212,7 @@ def retry(plan: sweep.SweepPlan, *, detach: bool) -> int:
     for index in failed:
         point = plan.plans[index]
         try:
-            run_folder.prepare_run_dir(point, render_text(point), resume=False)
+            run_folder.prepare_run_dir(point, backends.render_text(point), resume=False)
             ready.append(index)
         except SubmitError as error:  # its folder holds another plan now: say so, retry the others
             print(f"launch: point {index} is not retried: {error}", flush=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from launch.backends import render_text
 from launch.cli import main
 from launch.core.plan import build_plan
-from launch.core.plan_text import render_text
 from launch.core.profile_loader import load_profile
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "containers"

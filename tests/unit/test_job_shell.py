@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from launch.backends import render_text
 from launch.core.plan import build_plan
-from launch.core.plan_text import render_text
 from launch.core.profile_loader import load_profile
 
 SHELL = ("python: /opt/venv/bin/python\nmodules: [gcc/12.2, cuda/12.1]\nmodule_purge: true\n"

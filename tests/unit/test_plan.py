@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from launch.backends import render_text
 from launch.core import shell
 from launch.core.plan import build_plan
-from launch.core.plan_text import render_text
 from launch.core.profile_loader import load_profile
 from launch.core.rendezvous import port_for_job, port_for_job_shell
 from launch.core.secrets import looks_secret

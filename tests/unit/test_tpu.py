@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from launch.backends import render_text
 from launch.backends.remote_shell import host_run_dir
-from launch.core.plan_text import render_text
 from launch.core.profile_loader import BUNDLED_DIR
 from tests.helpers import ROOT, run_cli
 from tests.tpu_plans import tpu_plan
