@@ -6,13 +6,15 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launch.backends import State
 from launch.backends.slurm.follow import cancel, current_status, follow
 from launch.backends.slurm.state import job_state
-from launch.core.plan import LaunchPlan
+from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.profile import Profile
 from launch.core.secrets import looks_secret
 from launch.errors import SubmitError, WorkerFailure
@@ -20,7 +22,9 @@ from launch.launchers.accelerate_config import NodeWiring
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
+    from launch.backends.slurm.job import ArrayJob
     from launch.diagnostics.doctor import Machine
+    from launch.sweeps.sweep_plan import SweepPlan
 
 
 def secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
@@ -37,9 +41,22 @@ def sbatch_reason(text: str) -> str:
 
 
 # What a pending job waits for, in words (SLURM's reason codes; others are shown as SLURM says them).
+@dataclass(frozen=True, kw_only=True)
+class SlurmLauncher:
+    """What one of SLURM's launchers (``through_submitit``, ``through_sbatch``) does its own way: build, submit
+    and render a plan's job, and a sweep's job array."""
+
+    build: Callable[[PlanInputs], LaunchPlan]
+    submit: Callable[[LaunchPlan], str]  # the job id
+    render: Callable[[LaunchPlan], list[str]]
+    array: Callable[[list[LaunchPlan], str, int], ArrayJob]
+    submit_array: Callable[[SweepPlan, tuple[int, ...]], dict[int, str]]  # each point's element id
+    render_array: Callable[[SweepPlan], list[str]]
+
+
 class SlurmBackend:
-    """SLURM through one of its two launchers (``through_submitit``, ``through_sbatch``): what differs is how a
-    plan's job is built, submitted and rendered; following it, status, logs and cancel are SLURM's, shared."""
+    """SLURM through one of its two launchers: what differs is the launcher's (``SlurmLauncher``); following the
+    job, status, logs and cancel are SLURM's, shared."""
 
     own_hosts = False  # the nodes share the submitting folder, the Python and the run folder
     snapshots = True
@@ -65,9 +82,24 @@ class SlurmBackend:
             needs.append("submitit (for --launcher submitit)")
         return needs
 
-    def submit(self, plan: LaunchPlan) -> str:
-        """Submit the plan's job: its job id."""
-        raise NotImplementedError
+    def __init__(self, name: str, launcher: SlurmLauncher) -> None:
+        self.name = name
+        self.launcher = launcher
+
+    def build(self, inputs: PlanInputs) -> LaunchPlan:
+        return self.launcher.build(inputs)
+
+    def render(self, plan: LaunchPlan) -> list[str]:
+        return self.launcher.render(plan)
+
+    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
+        return self.launcher.array(plans, folder, parallel)
+
+    def submit_array(self, sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+        return self.launcher.submit_array(sweep, indices)
+
+    def render_array(self, sweep: SweepPlan) -> list[str]:
+        return self.launcher.render_array(sweep)
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         return run_dir  # the nodes share the submitting folder
@@ -83,7 +115,7 @@ class SlurmBackend:
         """Submit (an sbatch refusal is one line naming its reason; the run folder made for it is removed by
         the caller); then follow the job to its end, unless ``detach``."""
         run_dir = Path(plan.run_dir)
-        job_id = self.submit(plan)
+        job_id = self.launcher.submit(plan)
         run_folder.write_json_atomic(run_dir / run_folder.STATE, {"backend": self.name, "job_id": job_id,
                                                       "world_size": plan.world_size, "status": "submitted",
                                                       "updated": time.time()})

@@ -10,7 +10,12 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from launch.backends.slurm import sbatch_script
-from launch.backends.slurm.backend import SlurmBackend, sbatch_reason, secrets
+from launch.backends.slurm.backend import (
+    SlurmBackend,
+    SlurmLauncher,
+    sbatch_reason,
+    secrets,
+)
 from launch.backends.slurm.job import (
     ARRAY_SCRIPT,
     ArrayJob,
@@ -20,7 +25,7 @@ from launch.backends.slurm.job import (
     job_name,
 )
 from launch.core.commands import PlanFile
-from launch.core.plan import LaunchPlan, PlanInputs
+from launch.core.plan import LaunchPlan
 from launch.core.plan_text import file_lines, node_lines
 from launch.errors import SubmitError
 
@@ -88,26 +93,5 @@ def _point_script(plan: LaunchPlan) -> str:
     return next(file.path for file in plan.files if file.path.endswith("job.sbatch"))
 
 
-class SbatchBackend(SlurmBackend):
-    name = "sbatch"
-
-    def build(self, inputs: PlanInputs) -> LaunchPlan:
-        return build_sbatch(inputs)
-
-    def submit(self, plan: LaunchPlan) -> str:
-        return _submit(plan)
-
-    def render(self, plan: LaunchPlan) -> list[str]:
-        return _render(plan)
-
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
-        return _array(plans, folder, parallel)
-
-    def submit_array(self, sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
-        return _submit_array(sweep, indices)
-
-    def render_array(self, sweep: SweepPlan) -> list[str]:
-        return _render_array(sweep)
-
-
-BACKEND = SbatchBackend()
+BACKEND = SlurmBackend("sbatch", SlurmLauncher(build=build_sbatch, submit=_submit, render=_render, array=_array,
+                                                submit_array=_submit_array, render_array=_render_array))

@@ -13,10 +13,15 @@ from dataclasses import replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from launch.backends.slurm.backend import SlurmBackend, sbatch_reason, secrets
+from launch.backends.slurm.backend import (
+    SlurmBackend,
+    SlurmLauncher,
+    sbatch_reason,
+    secrets,
+)
 from launch.backends.slurm.job import ArrayJob, build_submitit, job_name
 from launch.backends.slurm.submitit_job import SubmititJob
-from launch.core.plan import LaunchPlan, PlanInputs
+from launch.core.plan import LaunchPlan
 from launch.core.plan_text import env_lines
 from launch.core.secrets import looks_secret
 from launch.errors import SubmitError
@@ -153,26 +158,5 @@ def _array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
     return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePath(folder, ARRAY_FOLDER)))
 
 
-class SubmititBackend(SlurmBackend):
-    name = "submitit"
-
-    def build(self, inputs: PlanInputs) -> LaunchPlan:
-        return build_submitit(inputs)
-
-    def submit(self, plan: LaunchPlan) -> str:
-        return _submit(plan)
-
-    def render(self, plan: LaunchPlan) -> list[str]:
-        return _render(plan)
-
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
-        return _array(plans, folder, parallel)
-
-    def submit_array(self, sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
-        return _submit_array(sweep, indices)
-
-    def render_array(self, sweep: SweepPlan) -> list[str]:
-        return _render_array(sweep)
-
-
-BACKEND = SubmititBackend()
+BACKEND = SlurmBackend("submitit", SlurmLauncher(build=build_submitit, submit=_submit, render=_render, array=_array,
+                                                submit_array=_submit_array, render_array=_render_array))
