@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from launch.core.profile import Profile
     from launch.diagnostics.doctor import Machine
     from launch.launchers.accelerate_config import NodeWiring
-    from launch.sweeps.sweep_plan import ArrayJob, SweepPlan
+    from launch.sweeps.sweep_plan import BackendArray, SweepPlan
 
 State = dict[str, Any]
 
@@ -75,7 +75,7 @@ class Backend(Protocol):
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         """Where the job's processes find the run folder: ``run_dir`` here, or its folder on the hosts."""
 
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob | None:
+    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> BackendArray | None:
         """A sweep's points as one job array (its files), where the backend runs arrays; else None."""
 
     def render_array(self, sweep: SweepPlan) -> list[str]:
