@@ -276,7 +276,7 @@ def _cancel(args: argparse.Namespace, _: list[str]) -> int:
 
 def _report(args: argparse.Namespace, _: list[str]) -> int:
     output = Path(args.output)
-    print(follow_up.report(args.runs, Path(RUNS), output, write_new))
+    print(follow_up.report(args.runs, Path(RUNS), output))
     print(f"wrote {output}")
     return 0
 

@@ -4,13 +4,12 @@ through the record in its folder."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from launch import backends
 from launch.core.layout import METRICS
 from launch.errors import LaunchError
+from launch.runner import write_new
 from launch.runs import run_folder
 from launch.sweeps import sweep_plan as sweep
 
@@ -65,8 +64,7 @@ def cancel(run_dir: Path) -> str:
     return f"{run_dir}: cancel requested"
 
 
-def report(given: list[str], runs: Path, output: Path, write_new: Callable[[Path, Callable[[BinaryIO], Any]], None]
-           ) -> str:
+def report(given: list[str], runs: Path, output: Path) -> str:
     """Loss and accuracy curves of runs (a sweep's points ranked, best first) drawn into ``output``, a new PNG;
     the summary table."""
     from launch.runs import report as plots

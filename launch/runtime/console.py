@@ -71,8 +71,7 @@ def run_as_rank(run: Callable[[], int | None], *, rank: int) -> int:
     """``run`` in this process as rank ``rank``, as launch's worker runs each rank: its output captured into
     the rank's log (and the main rank's terminal), its end recorded in the rank's record; returns its exit
     status. For processes that a launcher spawned past launch's worker (torch_xla's, Accelerate's on XLA)."""
-    from launch.runtime import (
-        worker,  # the worker imports launch.job: not at import time
-    )
+    # the supervisor's machinery, loaded only where a rank runs here
+    from launch.runtime import worker
 
     return worker.run_here(run, rank=rank)

@@ -14,14 +14,20 @@ from launch.core.secrets import scrub_data, secret_values
 from launch.runtime.identity import info
 
 
+def _written_by_me(run_dir: str | Path | None) -> Path | None:
+    """The folder this process writes the run's records into: ``run_dir`` when given, else the run folder on
+    the main process; None where another process writes them."""
+    me = info()
+    return Path(run_dir) if run_dir else me.run_dir if me.is_main else None
+
+
 def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = None,
                 **values: Any) -> None:  # noqa: ANN401 - JSON values
     """Append one line to the run's metrics.jsonl (main process only; elsewhere a no-op), which ``report``
     draws: ``kind="train"`` with ``loss``, ``kind="eval"`` with ``eval_loss`` and ``eval_accuracy``. Secret
     values are masked. ``run_dir``: where, when the job was not started by launch (the caller then decides
     which process writes)."""
-    me = info()
-    folder = Path(run_dir) if run_dir else me.run_dir if me.is_main else None
+    folder = _written_by_me(run_dir)
     if folder is None:
         return
     import json
@@ -39,8 +45,7 @@ def write_result(data: dict[str, Any], *, run_dir: str | Path | None = None,
     with every secret value masked (``secrets``: the values to mask, by default ``secret_values()`` now); on
     the main process only, as ``log_metrics``. Returns ``data`` masked, written or not. ``run_dir``: where,
     when the job was not started by launch (the caller then decides which process writes)."""
-    me = info()
-    folder = Path(run_dir) if run_dir else me.run_dir if me.is_main else None
+    folder = _written_by_me(run_dir)
     masked = scrub_data(data, secret_values(os.environ) if secrets is None else secrets)
     if folder is not None:
         write_json_atomic(folder / RESULT, masked)

@@ -15,8 +15,6 @@ import subprocess
 import sys
 import time
 
-from launch.core.layout import NODE_SETUP_PREFIX as PREFIX  # noqa: F401 - the names others use
-from launch.core.layout import node_setup_failures as failures  # noqa: F401
 from launch.core.layout import node_setup_log_path as log_path
 from launch.core.layout import write_json_atomic
 
