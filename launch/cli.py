@@ -11,6 +11,7 @@ from typing import NoReturn
 import yaml
 
 from launch import follow_up, runner
+from launch.core.output_file import write_new
 from launch.core.plan import LAUNCHERS
 from launch.core.profile_loader import (
     bundled_profile_names,
@@ -19,7 +20,7 @@ from launch.core.profile_loader import (
 )
 from launch.errors import LaunchError
 from launch.launchers.strategies import STRATEGIES
-from launch.runner import RUNS, write_new
+from launch.runner import RUNS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,9 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("--output", help="the profile to write (never over an existing file; default: the "
                                           "script's name with .yaml, here)")
     for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
-                       ("cancel", "stop a running job")):
+                       ("cancel", "stop a running job"), ("stacks", "every rank's Python stacks (and where its "
+                                                          "collectives stand), taken from the running job now")):
         command = commands.add_parser(name, help=text)
         command.add_argument("run", help="the run folder, its name under runs/, or its SLURM job id")
+        if name == "stacks":
+            command.add_argument("--wait", type=float, default=15.0, metavar="S",
+                                 help="how long every rank has to answer (default 15 s)")
         if name == "logs":
             which = command.add_mutually_exclusive_group()
             which.add_argument("--rank", type=int, default=0, help="the rank whose log to print (default 0)")
@@ -109,6 +114,10 @@ def _add_job_command(commands: argparse._SubParsersAction, name: str, text: str)
                              help="sweep: at most N points running at once (SLURM default: all; here: 1)")
     if name == "sweep":
         command.add_argument("--detach", action="store_true", help="SLURM: submit the array and return")
+    if name in ("render", "submit"):
+        command.add_argument("--hang-timeout", type=int, metavar="S", help="end the job as hung when no rank made "
+                             "progress for S seconds (0: never; default: the profile's hang_timeout_s, else 1800 "
+                             "once the code reports a step through launch.job)")
     if name == "submit":
         command.add_argument("--check", action="store_true",
                              help="run `launch check` first (in its own run folder) and submit only if it passes")
@@ -158,13 +167,8 @@ def _profiles(args: argparse.Namespace, _: list[str]) -> int:
         raise LaunchError("no bundled profiles found", "reinstall launch; profile files can still be given by path")
     width = max(map(len, names))
     for name in names:
-        print(f"{name:<{width}}  {_first_line(load_profile(name).description)}")
+        print(f"{name:<{width}}  {(load_profile(name).description.strip().splitlines() or [''])[0]}")
     return 0
-
-
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
@@ -186,6 +190,7 @@ def _request(args: argparse.Namespace, code_args: list[str]) -> runner.Request:
     return runner.Request(profile=args.profile, strategy=args.strategy, script=args.script, module=args.module,
                           args=tuple(code_args), run_dir=args.run_dir, launcher=args.launcher,
                           max_restarts=args.max_restarts, expand_args=args.expand_args,
+                          hang_timeout_s=getattr(args, "hang_timeout", None),
                           accelerate_config=args.accelerate_config, snapshot=not args.no_snapshot,
                           resume=getattr(args, "resume", False), detach=getattr(args, "detach", False))
 
@@ -241,36 +246,32 @@ def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
 def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
     from launch.backends.slurm import from_sbatch
 
-    script = Path(args.script)
-    try:
-        text = script.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise LaunchError(f"{script}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
-    output = Path(args.output or f"{script.stem}.yaml")
-    converted = from_sbatch.convert(text, name=output.stem)
-    profile_text = from_sbatch.profile_text(converted, source=str(script))
-    write_new(output, lambda sink: sink.write(profile_text.encode()))
-    load_profile(str(output))  # what it wrote loads: anything else is launch's mistake, said here
-    print(f"wrote {output}\nrun the same job with:\n  {from_sbatch.command_line(converted, output)}")
-    if converted.not_carried:
-        print("not carried over:")
-        print("\n".join(f"  line {number}: {line}\n    {why}" if number else f"  {why}"
-                        for number, line, why in converted.not_carried))
+    print(from_sbatch.convert_file(Path(args.script), Path(args.output) if args.output else None))
     return 0
 
 
+def _run(args: argparse.Namespace) -> Path:
+    return follow_up.find_run(args.run, Path(RUNS))
+
+
 def _status(args: argparse.Namespace, _: list[str]) -> int:
-    print(follow_up.status_text(follow_up.find_run(args.run, Path(RUNS))))
+    print(follow_up.status_text(_run(args)))
     return 0
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
-    follow_up.print_logs(follow_up.find_run(args.run, Path(RUNS)), rank=None if args.all else args.rank, follow=args.follow)
+    follow_up.print_logs(_run(args), rank=None if args.all else args.rank, follow=args.follow)
     return 0
 
 
+def _stacks(args: argparse.Namespace, _: list[str]) -> int:
+    text, complete = follow_up.stacks_text(_run(args), wait_s=args.wait)
+    print(text)
+    return 0 if complete else 1
+
+
 def _cancel(args: argparse.Namespace, _: list[str]) -> int:
-    print(follow_up.cancel(follow_up.find_run(args.run, Path(RUNS))))
+    print(follow_up.cancel(_run(args)))
     return 0
 
 
@@ -291,4 +292,4 @@ def _doctor(args: argparse.Namespace, _: list[str]) -> int:
 _HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit, "check": _check,
              "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel,
              "report": _report, "doctor": _doctor, "sweep": _sweep, "sweep-retry": _sweep_retry,
-             "from-sbatch": _from_sbatch}
+             "from-sbatch": _from_sbatch, "stacks": _stacks}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from launch import backends
 from launch.core.layout import METRICS
+from launch.core.output_file import write_new
 from launch.errors import LaunchError
-from launch.runner import write_new
 from launch.runs import run_folder
 from launch.sweeps import sweep_plan as sweep
 
@@ -36,12 +36,30 @@ def status_text(run_dir: Path) -> str:
     state = backends.status(run_dir)
     code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
     lines = [f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else "")]
-    if state.get("status") == "failed" and run_folder.first_failure(run_dir) is not None:
+    if state.get("status") == "hung" or state.get("status") == "failed" and run_folder.first_failure(run_dir):
         lines += [*run_folder.failure_details(run_dir),
                   run_folder.failure_message(run_dir, int(state.get("exit_code") or 1))]
     if (run_dir / run_folder.RESULT).is_file():
         lines.append(run_folder.result_summary(run_dir))
     return "\n".join(lines)
+
+
+def stacks_text(run_dir: Path, *, wait_s: float) -> tuple[str, bool]:
+    """Every rank's stacks taken from the running job now, grouped (the odd ones out first), with where the
+    collectives stand; and whether every rank answered."""
+    from launch.runs.stack_report import dump_lines, read_dump
+
+    if sweep.is_sweep(run_dir):
+        raise LaunchError(f"stacks {run_dir}: a sweep; give one of its points' run folders")
+    folder, expected = backends.stacks(run_dir, wait_s=wait_s)
+    dump = read_dump(folder)
+    if not dump.ranks:
+        raise LaunchError(f"{run_dir}: no rank answered within {wait_s:.0f} s",
+                          "a job started by a launch older than this one does not answer; its processes may also "
+                          "be starting, or stopped (SIGSTOP)")
+    head = f"stacks of {len(dump.ranks)}" + (f" of {expected}" if expected else "") + " rank(s), " \
+        f"saved in {folder}:"
+    return "\n".join([head, *dump_lines(dump, expected=expected)]), expected is None or len(dump.ranks) >= expected
 
 
 def print_logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:

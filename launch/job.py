@@ -13,6 +13,7 @@ torch's variables alone: one process, no run folder. Importing this module impor
     start = job.resume_from()             # the last complete checkpoint's folder, or None
     for step in range(...):
         ...
+        job.heartbeat()                   # progress: a job that makes none for the hang timeout is ended as hung
         if job.should_stop():             # preemption or time limit, agreed at this step by every rank
             with job.save_checkpoint(step) as folder:   # on every rank; published when all are done
                 if me.is_main:
@@ -67,6 +68,7 @@ from launch.runtime.console import (
 )
 from launch.runtime.identity import JobInfo, info
 from launch.runtime.metrics import log_metrics, write_result
+from launch.runtime.progress import heartbeat
 from launch.runtime.stops import (
                                      StopRequested,
                                      agreed_stop,
@@ -86,8 +88,8 @@ __all__ = [
     "CheckpointWriteError",
     # checkpoints for code whose library writes them itself (Accelerate's save_state, the Trainer)
     "Position", "KEEP_CHECKPOINTS", "stage_checkpoint", "staging_folder", "publish_checkpoint", "point_at_checkpoint",
-    # what the run records
-    "log_metrics", "write_result",
+    # what the run records, and progress (the hang watchdog's clock)
+    "log_metrics", "write_result", "heartbeat",
     # stop requests
     "StopRequested", "watch_stops", "watching", "stop_signals", "stop_requested", "agreed_stop", "should_stop",
     # start-up, the console, secrets, the end

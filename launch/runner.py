@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING
 
 from launch import backends
 from launch.core import snapshot
@@ -52,6 +52,7 @@ class Request:
     run_dir: str | None = None
     launcher: str = "submitit"
     max_restarts: int = 0
+    hang_timeout_s: int | None = None  # --hang-timeout: the profile's hang_timeout_s, overridden
     expand_args: bool = False
     accelerate_config: str | None = None  # the user's own file (else the profile's accelerate_config)
     snapshot: bool = True  # take a snapshot where the backend runs one (--no-snapshot: the live files)
@@ -76,6 +77,10 @@ def choose(request: Request, example_args: Sequence[tuple[str, tuple[str, ...]]]
     ``example_args`` (a label for the error, the arguments), or the user's script or module found; then the
     snapshot taken."""
     profile = load_profile(request.profile)
+    if request.hang_timeout_s is not None:
+        if request.hang_timeout_s < 0:
+            raise LaunchError(f"--hang-timeout {request.hang_timeout_s}: must be 0 (never) or more seconds")
+        profile = replace(profile, hang_timeout_s=request.hang_timeout_s)
     strategy = get_strategy(request.strategy)
     code = None if request.script is None and request.module is None else \
         Target(script=request.script, module=request.module)
@@ -319,20 +324,3 @@ def notebook_plan(profile_name: str, strategy: str, code: Target | None, argv: t
     directory = Path(run_dir) if run_dir else run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now())
     return build_plan(profile, strategy, code, args=argv, run_dir=str(directory.absolute()), python="python",
                       workdir=str(Path.cwd())), backend
-
-
-def write_new(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    """A file made here, never over one that exists (created exclusively: no race with another writer); a
-    write that fails leaves nothing behind."""
-    try:
-        with open(path, "xb") as sink:
-            try:
-                write(sink)
-            except BaseException:
-                path.unlink(missing_ok=True)
-                raise
-    except FileExistsError:
-        raise LaunchError(f"--output {path}: already exists; launch does not overwrite it",
-                          "remove it first or choose another path") from None
-    except OSError as error:
-        raise LaunchError(f"--output {path}: cannot write ({error.strerror})") from None

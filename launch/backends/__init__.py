@@ -17,6 +17,7 @@ this module only.
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -106,6 +107,13 @@ class Backend(Protocol):
     def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
         """The job's hosts in node order, where known (names a node that never reported)."""
 
+    def ask_stacks(self, run_dir: Path, state: State, name: str) -> None:
+        """Ask every rank of the running job to write its stacks into ``stacks/<name>/`` of the run folder it
+        writes to (each rank's supervisor answers within seconds)."""
+
+    def fetch(self, run_dir: Path, state: State) -> None:
+        """Bring what the ranks wrote (logs, stacks) into the run folder here, where their hosts keep their own."""
+
 
 def render_text(plan: LaunchPlan) -> str:
     """The plan as ``render`` prints it and its run folder keeps it (plan.txt): its own lines, then its job's."""
@@ -189,6 +197,39 @@ def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool,
         run_folder.print_all_logs(run_dir, still_running=still_running)
     else:
         run_folder.print_log(run_folder.rank_log_path(run_dir, rank), rank, still_running=still_running)
+
+
+STACKS_WAIT_S = 15.0  # `launch stacks`: how long every rank has to answer
+
+
+def stacks(run_dir: Path, *, wait_s: float = STACKS_WAIT_S) -> tuple[Path, int | None]:
+    """Every rank's stacks of a running job, taken now into a new ``stacks/<time>/`` (brought here): the
+    folder, once every running rank answered or ``wait_s`` passed, and how many ranks run (None: not known)."""
+    from launch.errors import LaunchError
+
+    backend, state = recorded(run_dir)
+    state = backend.status(run_dir, state)
+    if not is_active(state):
+        raise LaunchError(f"{run_dir}: not running ({state.get('status')}); stacks come from a running job",
+                          f"the stacks of a hang the watchdog ended are under {run_dir / run_folder.STACKS}")
+    backend.fetch(run_dir, state)
+    running = sum(note.get("status") == "running" for note in run_folder.rank_notes(run_dir))
+    expected = max(running, int(state.get("world_size") or 0)) or None
+    name = run_folder.new_stacks_name(run_dir)
+    backend.ask_stacks(run_dir, state, name)
+    folder, deadline, fetched = run_dir / run_folder.STACKS / name, time.monotonic() + wait_s, time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        if time.monotonic() - fetched >= FETCH_EVERY_S:
+            backend.fetch(run_dir, state)
+            fetched = time.monotonic()
+        if expected is not None and len(list(folder.glob("rank-*.txt"))) >= expected:
+            break
+    backend.fetch(run_dir, state)
+    return folder, expected
+
+
+FETCH_EVERY_S = 2.0
 
 
 def logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 
 from launch.core.environment import RUN_DIR
+from launch.core.layout import STACK_REQUEST, STACKS
 from launch.core.shell import expands, quote_expanding
 from launch.core.snapshot import FOLDER as SNAPSHOT_FOLDER
 
@@ -83,6 +84,14 @@ def stop_command(host_run_dir: str) -> str:
     wanted = shlex.quote(f"{RUN_DIR}={host_run_dir}")
     return (f"for e in /proc/[0-9]*/environ; do if tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qxF -- {wanted}; "
             'then p="${e#/proc/}"; kill -TERM "${p%/environ}" 2>/dev/null; fi; done; true')
+
+
+def stacks_request_command(host_run_dir: str, name: str) -> str:
+    """What a host runs to ask its ranks for their stacks into ``stacks/<name>/`` (``launch stacks``)."""
+    folder = f"{host_run_dir}/{STACKS}"
+    temporary, request = f"{folder}/.{STACK_REQUEST}.tmp", f"{folder}/{STACK_REQUEST}"
+    return " && ".join([shlex.join(["mkdir", "-p", folder]), f"printf '%s\\n' {shlex.quote(name)} > {shlex.quote(temporary)}",
+                        shlex.join(["mv", "-f", temporary, request])])
 
 
 FOLDER_PRESENT = "launch: run folder present"

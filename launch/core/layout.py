@@ -17,6 +17,10 @@ CHECKPOINTS = "checkpoints"
 LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
 REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)
 NODE_SETUP_PREFIX = "node-setup-"  # logs/node-setup-HOST.log, and .json where a node's node_setup failed
+STACKS = "stacks"  # every rank's stacks: stacks/<time>/rank-N.txt (+ .collectives.json), by `launch stacks`
+STACK_REQUEST = "request"  # stacks/request: the folder name the ranks dump into next (`launch stacks` writes it)
+HANG_PREFIX = "hang-"  # stacks/hang-<time>.json: a hang the watchdog declared; its ranks' stacks in stacks/hang-<time>/
+HUNG_EXIT_STATUS = 124  # a rank, and a job, that the hang watchdog ended (as timeout(1) ends a command)
 # Said of a rank killed by SIGKILL: in its record (the worker) and in the failure report (the host side).
 OOM_HINT = "the kernel's out-of-memory killer is a common cause"
 
@@ -34,6 +38,22 @@ def rank_times_path(run_dir: str | Path, rank: int) -> Path:
 def rank_state_path(run_dir: str | Path, rank: int | str) -> Path:
     """Where each rank records its pid when it starts, and how it ended (finished, failed, stopped)."""
     return Path(run_dir) / LOGS / f"rank-{rank}.json"
+
+
+def rank_beat_path(run_dir: str | Path, rank: int | str) -> Path:
+    """Touched when the rank reports progress (``launch.job.heartbeat``, ``log_metrics``): the hang watchdog's clock."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.beat"
+
+
+def rank_stacks_path(run_dir: str | Path, rank: int) -> Path:
+    """Where the rank's processes write their stacks when asked (faulthandler's file), before its supervisor
+    copies each dump into ``stacks/<time>/``."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.stacks"
+
+
+def rank_collectives_path(run_dir: str | Path, rank: int) -> Path:
+    """Where the rank writes torch's flight record of its recent collectives when asked."""
+    return Path(run_dir) / LOGS / f"rank-{rank}.collectives"  # JSON; not rank-N.json, the rank records
 
 
 def node_setup_log_path(run_dir: str | Path, host: str) -> Path:

@@ -33,6 +33,8 @@ XLA_WORKER = "launch.runtime.xla_worker"  # on XLA hosts: the code once per loca
 LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
 MAX_RESTARTS = 100
 REMOTE_PYTHON = "python3"  # on ssh and TPU hosts, where the profile names none
+FLIGHT_RECORDER = "TORCH_FR_BUFFER_SIZE"  # torch's record of each rank's recent collectives (gloo and NCCL)
+FLIGHT_RECORDS = 2000  # its length (torch's own default for NCCL); a profile's env may set 0 to turn it off
 
 
 class BackendJob(Protocol):
@@ -179,6 +181,8 @@ def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
         env["PJRT_DEVICE"] = "TPU"  # torch_xla's runtime (a profile may say CPU, to try the XLA path anywhere)
     if profile.network_interface:
         env.update({name: profile.network_interface for name in INTERFACE_VARIABLES})
+    if profile.dist_backend in ("gloo", "nccl"):
+        env[FLIGHT_RECORDER] = str(FLIGHT_RECORDS)  # each rank's recent collectives, for `launch stacks` and hangs
     env.update(profile.env)
     env.update({contract.RUN_DIR: run_dir, contract.CHECKPOINT_DIR: str(PurePosixPath(run_dir, CHECKPOINTS)),
                 contract.RESUME: "1", contract.PROFILE: profile.name, contract.DEVICE: profile.device,
@@ -186,6 +190,10 @@ def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
                 contract.RENDEZVOUS_TIMEOUT: str(profile.rendezvous.timeout_s)})
     if stop_signals:
         env[contract.STOP_SIGNALS] = stop_signals
+    if profile.hang_timeout_s is not None:
+        env[contract.HANG_TIMEOUT] = str(profile.hang_timeout_s)
+    if profile.restart_on_hang:
+        env[contract.RESTART_ON_HANG] = "1"
     if expand_args:
         env[contract.EXPAND_ARGS] = "1"
     env[contract.PLAN_ENV] = ",".join(name for name in env if not name.startswith("LAUNCH_"))  # logged by each rank

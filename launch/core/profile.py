@@ -114,6 +114,9 @@ class Profile:
     setup: tuple[str, ...] = ()  # shell lines, in the shell that starts the processes, before they start
     node_setup: tuple[str, ...] = ()  # shell lines once on every node before any rank starts there
     after: tuple[str, ...] = ()  # shell lines once after the processes end, whatever the outcome
+    hang_timeout_s: int | None = None  # no progress from any rank this long: the job is ended as hung (0: never;
+    # None: 1800 once the code reports a step through launch.job, never for code that reports none)
+    restart_on_hang: bool = False  # a hung job may be restarted like a failed one (torchrun's --max-restarts)
     container: ContainerSection | None = None  # the image the processes run in
     accelerate_config: str | None = None  # the user's own accelerate config file (relative: to this file)
     slurm: SlurmSection | None = None

@@ -223,6 +223,8 @@ def _check_counts(profile: Profile) -> list[str]:
         problems.append(f"rendezvous.port: must be between 1024 and 65535 (or null for one per job), got {port}")
     if profile.rendezvous.timeout_s < 1:
         problems.append(f"rendezvous.timeout_s: must be at least 1, got {profile.rendezvous.timeout_s}")
+    if profile.hang_timeout_s is not None and profile.hang_timeout_s < 0:
+        problems.append(f"hang_timeout_s: must be 0 (never) or more seconds, got {profile.hang_timeout_s}")
     if profile.kind == "local" and profile.nodes > 1:
         problems.append(f"nodes: kind local runs on this machine, so nodes must be 1, got {profile.nodes}; "
                         "use a slurm profile for several nodes")

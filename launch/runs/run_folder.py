@@ -12,10 +12,13 @@ from typing import Any
 
 from launch.core import site_shell, snapshot
 from launch.core.layout import (
+    HUNG_EXIT_STATUS,
     LOGS,
     OOM_HINT,
     PLAN_TEXT,
     RESULT,
+    STACK_REQUEST,
+    STACKS,
     STATE,
     latest_checkpoint,
     node_setup_failures,
@@ -29,7 +32,7 @@ from launch.core.plan import LaunchPlan
 from launch.errors import SubmitError
 
 # The layout itself is launch.core.layout's (the jobs write into the same folder); re-exported for the host side.
-__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STATE", "copy_new_output", "claim_run_dir", "first_failure",
+__all__ = ["LOGS", "PLAN_TEXT", "RESULT", "STACKS", "STATE", "copy_new_output", "claim_run_dir", "first_failure",
            "latest_checkpoint", "prepare_run_dir", "rank_log_path", "rank_pids", "read_json", "write_json_atomic"]
 
 # What a rank's error says when the rank is only a casualty of another one's death (gloo's and NCCL's words).
@@ -107,6 +110,24 @@ def _first_difference(old: str, new: str) -> str:
     return "its plan.txt differs in length"
 
 
+def new_stacks_name(run_dir: Path) -> str:
+    """A name for the next stacks folder: the time, with a counter when that one is taken."""
+    base = f"{datetime.now():%Y%m%d-%H%M%S}"
+    taken = run_dir / STACKS
+    return next(name for counter in range(1, 10_000)
+                if not (taken / (name := base if counter == 1 else f"{base}-{counter}")).exists())
+
+
+def ask_stacks(run_dir: Path, name: str) -> None:
+    """Ask the ranks writing to ``run_dir`` (here, or a shared file system) for their stacks into
+    ``stacks/<name>/``: each rank's supervisor looks at ``stacks/request`` about once a second."""
+    folder = run_dir / STACKS
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".{STACK_REQUEST}.tmp"
+    temporary.write_text(name + "\n", encoding="utf-8")
+    temporary.replace(folder / STACK_REQUEST)
+
+
 def copy_new_output(path: Path, position: int) -> int:
     """Print what ``path`` gained since byte ``position`` (a log being written); return the new position."""
     if not path.is_file():
@@ -166,8 +187,40 @@ def _lost_a_peer(error: str) -> bool:
 RESULT_FIELDS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_second", "wall_seconds")
 
 
+def hang_folders(run_dir: Path) -> list[Path]:
+    """The stacks folders of the hang that ended the job, as its ranks recorded them (one per host where the
+    hosts keep run folders of their own, fetched here); empty when no rank was ended as hung."""
+    names = {str(note["stacks"]) for note in rank_notes(run_dir) if note.get("status") == "hung" and note.get("stacks")}
+    return [run_dir / STACKS / name for name in sorted(names)]
+
+
+def ended(run_dir: Path, status: str, exit_code: int | None) -> tuple[str, int | None]:
+    """How a job that ended is recorded: a failure whose ranks the hang watchdog ended is ``hung``, with its own
+    exit status."""
+    if status == "failed" and hang_folders(run_dir):
+        return "hung", HUNG_EXIT_STATUS
+    return status, exit_code
+
+
+def hang_message(run_dir: Path) -> str | None:
+    """The hang report's line: how long nothing moved, the ranks behind (host, stack top) and what the others
+    wait in; None when the job did not hang."""
+    folders = hang_folders(run_dir)
+    if not folders:
+        return None
+    from launch.runs.stack_report import hang_lines, read_dump
+
+    timeout = next((note.get("error", "") for note in rank_notes(run_dir) if note.get("status") == "hung"), "")
+    line, _ = hang_lines(read_dump(*folders))
+    return f"the job hung: {timeout}; {line}; every rank's stacks: {', '.join(map(str, folders))}"
+
+
 def failure_message(run_dir: Path, status: int) -> str:
-    """The failure report: the rank that failed first, its host, how it ended, and its log."""
+    """The failure report: the rank that failed first, its host, how it ended, and its log (for a hang: the
+    ranks behind and what the others wait in)."""
+    hung = hang_message(run_dir)
+    if hung is not None:
+        return hung
     set_up = setup_failure(run_dir)
     if set_up:
         return f"the job failed with exit status {status} before training: {set_up}"
@@ -205,7 +258,12 @@ TAIL_LINES = 10
 
 def failure_details(run_dir: Path) -> tuple[str, ...]:
     """What goes above the one-line failure report: the ranks that stopped after the first failure, and the
-    last lines of the failed rank's log."""
+    last lines of the failed rank's log (for a hang: every rank's stacks, the ranks behind first)."""
+    folders = hang_folders(run_dir)
+    if folders:
+        from launch.runs.stack_report import hang_lines, read_dump
+
+        return tuple(f"    {line}" for line in hang_lines(read_dump(*folders))[1])
     failure = first_failure(run_dir)
     if failure is None:
         return ()

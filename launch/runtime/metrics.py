@@ -12,6 +12,7 @@ from typing import Any
 from launch.core.layout import METRICS, RESULT, write_json_atomic
 from launch.core.secrets import scrub_data, secret_values
 from launch.runtime.identity import info
+from launch.runtime.progress import heartbeat
 
 
 def _written_by_me(run_dir: str | Path | None) -> Path | None:
@@ -26,7 +27,8 @@ def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = 
     """Append one line to the run's metrics.jsonl (main process only; elsewhere a no-op), which ``report``
     draws: ``kind="train"`` with ``loss``, ``kind="eval"`` with ``eval_loss`` and ``eval_accuracy``. Secret
     values are masked. ``run_dir``: where, when the job was not started by launch (the caller then decides
-    which process writes)."""
+    which process writes). Every call is also a ``heartbeat``, on every rank."""
+    heartbeat()
     folder = _written_by_me(run_dir)
     if folder is None:
         return

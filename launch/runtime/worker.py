@@ -9,7 +9,9 @@ in a child process; this process stays as its supervisor, a few megabytes withou
 - the rank's record (``logs/rank-N.json``) says how it ended, whatever ended it: an exception, ``exit(3)``,
   or a signal such as SIGKILL, which the code itself could never report;
 - the supervisor then ends as the code did (the same exit status, or the same signal), so the launcher
-  above it sees what it would have seen without launch.
+  above it sees what it would have seen without launch;
+- it watches the rank (``launch.runtime.hang_watch``): takes its stacks when ``launch stacks`` asks, and ends it
+  as hung (exit status 124) when the job stops making progress.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from typing import NoReturn
 
 from launch.core.entrypoint import Target
 from launch.core.environment import EXPAND_ARGS
-from launch.core.layout import OOM_HINT, rank_log_path
+from launch.core.layout import HUNG_EXIT_STATUS, OOM_HINT, rank_log_path
 from launch.core.lifetime import die_with_parent
 from launch.core.secrets import secret_values
 from launch.core.shell import expand
-from launch.runtime import oom, phases
+from launch.runtime import hang_watch, oom, phases, stacks
 from launch.runtime import rank_log as ranklog
 from launch.runtime.checkpoint_writer import flush_checkpoints
 from launch.runtime.identity import info
@@ -71,6 +73,7 @@ class Ending:
     received: tuple[int, ...] = field(default=())
     status: str = ""
     oom: str = ""  # for SIGKILL: what confirms that the kernel's out-of-memory killer sent it, if anything
+    hang: dict[str, object] | None = None  # the hang the watchdog declared, when it ended the code
 
     @property
     def shell_status(self) -> int:
@@ -114,6 +117,7 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
             signal.signal(sig, forward)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    watch = hang_watch.start(run_dir, rank, child) if run_dir is not None else None
     try:
         _, status, usage = os.wait4(child, 0)  # retried after each forwarded signal (PEP 475)
         ending = Ending(exit_code=os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 0,
@@ -126,6 +130,10 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if watch is not None:
+            watch.stop()
+    if watch is not None and watch.hang is not None:  # ended by the watchdog, whatever it died of
+        ending = Ending(exit_code=HUNG_EXIT_STATUS, received=ending.received, hang=watch.hang)
     return replace(ending, status=_record_ending(run_dir, rank, child, ending, max_rss_mb=rss))
 
 
@@ -153,6 +161,12 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
         return ""
     said = ranklog.read_rank(run_dir, rank) or {}
     facts = {key: value for key, value in facts.items() if value is not None}
+    start_up = {key: said[key] for key in ("process_started_at", "phases") if key in said}  # as far as it got
+    if ending.hang is not None:
+        ranklog.record_rank(run_dir, rank, "hung", pid=child, exit_code=HUNG_EXIT_STATUS, stacks=ending.hang["folder"],
+                            reason=f"no progress from any rank for {float(ending.hang['timeout_s']):.0f} s "  # type: ignore[arg-type]
+                                   "(the hang watchdog ended it)", **start_up, **facts)
+        return "hung"
     after = {"after_signal": signal.Signals(ending.received[0]).name} if ending.received else {}
     if said.get("status") not in (None, "running") and said.get("pid") == child:
         kept = {k: v for k, v in said.items() if k not in ("rank", "host", "pid", "status", "error")}
@@ -169,7 +183,6 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
         status, reason = "failed", describe_signal(ending.signum, ending.oom)
     else:
         status, reason = "failed", f"exited with status {ending.exit_code}"
-    start_up = {key: said[key] for key in ("process_started_at", "phases") if key in said}  # as far as it got
     ranklog.record_rank(run_dir, rank, status, reason=reason, pid=child, exit_code=ending.shell_status, **start_up,
                         **({"signal": signal.Signals(ending.signum).name} if ending.signum else {}),
                         **(after if status == "failed" else {}), **facts)
@@ -190,6 +203,7 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
     if me.run_dir is None:
         return _exit_status(run)  # no run folder: nothing to checkpoint into
     ranklog.record_rank(me.run_dir, rank, "running")
+    stacks.arm(me.run_dir, rank)  # before the code: its stacks answer `launch stacks` and the hang watchdog
     with ranklog.rank_output(rank_log_path(me.run_dir, rank), echo=rank == 0,
                              secrets=secret_values(os.environ)):
         try:
@@ -245,7 +259,8 @@ def end_as(ending: Ending) -> NoReturn:
 
 def failure_text(ending: Ending, rank: int) -> str:
     """One line naming the rank, its host and how it ended."""
-    how = describe_signal(ending.signum, ending.oom) if ending.signum else f"exited with status {ending.exit_code}"
+    how = "made no progress: the hang watchdog ended it" if ending.hang is not None else describe_signal(
+        ending.signum, ending.oom) if ending.signum else f"exited with status {ending.exit_code}"
     return f"rank {rank} on {socket.gethostname()} {how}"
 
 

@@ -15,7 +15,7 @@ from launch.sweeps import sweep_plan as sweep
 POLL_S = 2.0
 POLLS_PER_S = 25  # scheduler queries a second, at most, while following a sweep (one per point and poll)
 START_GRACE_S = 30.0  # for a point started here to record that it runs
-ENDED = ("finished", "failed", "cancelled")
+ENDED = ("finished", "failed", "hung", "cancelled")
 
 
 def render_sweep(plan: sweep.SweepPlan) -> str:

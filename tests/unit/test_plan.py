@@ -37,11 +37,11 @@ def test_local_cpu_plan_is_one_torchrun_node_with_two_processes() -> None:
     assert node.argv == (PYTHON, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                          "--nproc_per_node", "2", "--max_restarts", "0", "-m", "launch.runtime.worker", "-m", "train.ddp",
                          "--epochs", "3", "--lr", "0.01"), "the arguments as given, nothing added"
-    assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+    assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": "2000",
                               "LAUNCH_RUN_DIR": "/runs/r1", "LAUNCH_CHECKPOINT_DIR": "/runs/r1/checkpoints",
                               "LAUNCH_RESUME": "1", "LAUNCH_PROFILE": "local-cpu", "LAUNCH_DEVICE": "cpu",
                               "LAUNCH_DIST_BACKEND": "gloo", "LAUNCH_RENDEZVOUS_TIMEOUT": "300",
-                              "LAUNCH_PLAN_ENV": "PYTHONUNBUFFERED,OMP_NUM_THREADS"}
+                              "LAUNCH_PLAN_ENV": "PYTHONUNBUFFERED,OMP_NUM_THREADS,TORCH_FR_BUFFER_SIZE"}
     assert node.cwd == "/project"
 
 

@@ -192,5 +192,18 @@ class GcloudBackend:
     def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
         return ()  # gcloud names the TPU workers by index only
 
+    def ask_stacks(self, run_dir: Path, state: State, name: str) -> None:
+        """On every TPU host at once, through gcloud's ssh as the run's stop command reaches them."""
+        stop_argv = [str(arg) for arg in state.get("stop_argv") or []]
+        if not stop_argv:
+            raise SubmitError("this run's state does not say how to reach its hosts", "see its plan.txt")
+        command = remote_shell.stacks_request_command(str(state.get("hosts_run_dir")), name)
+        done = subprocess.run([*stop_argv[:-1], command], capture_output=True, text=True, timeout=STOP_TIMEOUT_S)
+        if done.returncode != 0:
+            raise SubmitError(f"asking the TPU hosts for their stacks failed ({done.stderr.strip()[-300:]})")
+
+    def fetch(self, run_dir: Path, state: State) -> None:
+        _collect(state)
+
 
 BACKEND = GcloudBackend()

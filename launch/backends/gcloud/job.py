@@ -9,7 +9,7 @@ from typing import ClassVar
 from launch.backends import remote_shell
 from launch.backends.gcloud import commands as tpu
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.layout import CHECK, LOGS, METRICS, RESULT
+from launch.core.layout import CHECK, LOGS, METRICS, RESULT, STACKS
 from launch.core.plan import (
     LaunchPlan,
     PlanInputs,
@@ -65,5 +65,5 @@ def build(inputs: PlanInputs) -> LaunchPlan:
         submit_argv=tpu.gcloud_ssh(hosts, shell_command),
         after_argv=() if inputs.checking else tpu.fetch_files(hosts, host_folder, (RESULT, METRICS), inputs.run_dir),
         before_argv=tpu.ship_snapshot(hosts, inputs.run_dir, host_folder) if inputs.snapshot else (),
-        collect_argv=tpu.fetch_folders(hosts, host_folder, (LOGS, *((CHECK,) if inputs.checking else ())),
+        collect_argv=tpu.fetch_folders(hosts, host_folder, (LOGS, *((CHECK,) if inputs.checking else (STACKS,))),
                                        inputs.run_dir)))

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,7 +96,9 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
         except KeyboardInterrupt:
             print("launch: warning: interrupted while collecting the job's files", file=sys.stderr)
     run_folder.close_rank_records(run_dir, cancelled=outcome.cancelled)
-    status = "cancelled" if outcome.cancelled else "finished" if outcome.exit_code == 0 else "failed"
+    status, code = run_folder.ended(run_dir, "cancelled" if outcome.cancelled else
+                                    "finished" if outcome.exit_code == 0 else "failed", outcome.exit_code)
+    outcome = replace(outcome, exit_code=code if code is not None else outcome.exit_code)
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     if then and status == "finished":
         run_step(then, node.cwd)
@@ -320,6 +322,12 @@ class LocalBackend:
 
     def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
         return (socket.gethostname(),)
+
+    def ask_stacks(self, run_dir: Path, state: State, name: str) -> None:
+        run_folder.ask_stacks(run_dir, name)
+
+    def fetch(self, run_dir: Path, state: State) -> None:
+        return None  # the ranks write here
 
 
 BACKEND = LocalBackend()

@@ -129,7 +129,7 @@ class SlurmBackend:
             print(f"\nstopped following; job {job_id} goes on. Cancel it with: python -m launch cancel {run_dir}")
             return 130
         if final.state != "COMPLETED" or final.exit_code:
-            status = final.exit_code or 1
+            status = run_folder.ended(run_dir, "failed", final.exit_code or 1)[1] or 1
             raise WorkerFailure(f"job {job_id} ended {final.state}: " + run_folder.failure_message(run_dir, status),
                                 exit_status=status, details=run_folder.failure_details(run_dir))
         print(run_folder.result_summary(run_dir))
@@ -157,6 +157,12 @@ class SlurmBackend:
             return ()
         done = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, timeout=60)
         return tuple(done.stdout.split()) if done.returncode == 0 else ()
+
+    def ask_stacks(self, run_dir: Path, state: State, name: str) -> None:
+        run_folder.ask_stacks(run_dir, name)  # the nodes share the run folder
+
+    def fetch(self, run_dir: Path, state: State) -> None:
+        return None  # the ranks write into the shared run folder
 
 
 def _require_pyxis(source: str) -> None:

@@ -148,9 +148,10 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
 def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
     run_folder.close_rank_records(run_dir, cancelled=status == "cancelled")
+    status, exit_code = run_folder.ended(run_dir, status, state.exit_code)
     world = (run_folder.read_json(run_dir / run_folder.STATE) or {}).get("world_size")
     run_folder.write_json_atomic(run_dir / run_folder.STATE, {"backend": backend, "job_id": job_id, "status": status,
-                                                  "slurm_state": state.state, "exit_code": state.exit_code,
+                                                  "slurm_state": state.state, "exit_code": exit_code,
                                                   "world_size": world, "updated": time.time()})
 
 

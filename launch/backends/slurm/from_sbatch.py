@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from launch.backends.slurm import sbatch_text
@@ -22,7 +23,10 @@ from launch.backends.slurm.sbatch_script import (
     SBATCH_OPTIONS,
     SRUN_OPTIONS,
 )
+from launch.core.output_file import write_new
+from launch.core.profile_loader import load_profile
 from launch.core.rendezvous import TORCH_CONTRACT
+from launch.errors import LaunchError
 
 SLURM_KEYS = {"partition": "partition", "account": "account", "qos": "qos", "constraint": "constraint",
               "job-name": "job_name"}
@@ -329,3 +333,22 @@ def command_line(converted: Converted, profile: object) -> str:
     command = list(converted.command)
     command[command.index("--profile") + 1] = str(profile)
     return shlex.join(command)
+
+
+def convert_file(script: Path, output: Path | None) -> str:
+    """``launch from-sbatch``: ``script`` read into a new profile file (``output``, default the script's name
+    with .yaml, here) that loads; what to tell the user (the command that runs the same job, what was left)."""
+    try:
+        text = script.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise LaunchError(f"{script}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+    output = output or Path(f"{script.stem}.yaml")
+    converted = convert(text, name=output.stem)
+    written = profile_text(converted, source=str(script))
+    write_new(output, lambda sink: sink.write(written.encode()))
+    load_profile(str(output))  # what it wrote loads: anything else is launch's mistake, said here
+    said = [f"wrote {output}", "run the same job with:", f"  {command_line(converted, output)}"]
+    if converted.not_carried:
+        said += ["not carried over:", *(f"  line {number}: {line}\n    {why}" if number else f"  {why}"
+                                        for number, line, why in converted.not_carried)]
+    return "\n".join(said)

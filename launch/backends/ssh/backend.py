@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launch import backends
-from launch.backends import State
+from launch.backends import State, remote_shell
 from launch.backends.local import backend as local
 from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
@@ -128,7 +128,7 @@ def failure(run_dir: Path, status: int) -> str:
     connection failed first, in ssh's words."""
     first = _first_failed_host(run_dir)
     lost = first is not None and first.get("ssh_failed")  # its ranks' records may never have come back
-    if run_folder.first_failure(run_dir) is not None and not lost:
+    if (run_folder.hang_folders(run_dir) or run_folder.first_failure(run_dir) is not None) and not lost:
         return run_folder.failure_message(run_dir, status)
     if first is None:
         return f"the job failed with exit status {status}; rank logs: {run_dir / run_folder.LOGS}"
@@ -149,7 +149,7 @@ def _argvs(state: State, key: str) -> list[tuple[str, ...]]:
 
 
 def fetch_logs(state: State) -> None:
-    """Every host's rank logs (and check reports) copied into the run folder here, as they are now."""
+    """Every host's rank logs and stacks (and check reports) copied into the run folder here, as they are now."""
     run_all(_argvs(state, "collect_argv"), FETCH_TIMEOUT_S, width=AT_ONCE)
 
 
@@ -269,6 +269,14 @@ class SshBackend:
 
     def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
         return tuple(str(host) for host in state.get("hosts") or ())
+
+    def ask_stacks(self, run_dir: Path, state: State, name: str) -> None:
+        """On every host at once, over the connection its stop command uses."""
+        command = remote_shell.stacks_request_command(str(state.get("hosts_run_dir")), name)
+        run_all([(*argv[:-1], command) for argv in _argvs(state, "stop_argv")], FETCH_TIMEOUT_S, width=AT_ONCE)
+
+    def fetch(self, run_dir: Path, state: State) -> None:
+        fetch_logs(state)
 
 
 BACKEND = SshBackend()

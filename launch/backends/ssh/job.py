@@ -13,7 +13,7 @@ from launch.backends import remote_shell
 from launch.backends.ssh import commands as ssh
 from launch.core import site_shell
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.layout import CHECK, LOGS, METRICS, RESULT
+from launch.core.layout import CHECK, LOGS, METRICS, RESULT, STACKS
 from launch.core.plan import (
     LaunchPlan,
     PlanInputs,
@@ -59,7 +59,7 @@ class SshJob:
     secret_names: tuple[str, ...]  # their values go from here over each connection's stdin, never a command line
     files: tuple[PlanFile, ...]  # here: the connections' spec for the fan-out
     before_argv: tuple[tuple[str, ...], ...] = ()  # here first, in order: the snapshot shipped to every host
-    collect_argv: tuple[tuple[str, ...], ...] = ()  # here once the job ended, however: every host's rank logs
+    collect_argv: tuple[tuple[str, ...], ...] = ()  # here once the job ended, however: every host's logs, stacks
     after_argv: tuple[tuple[str, ...], ...] = ()  # here once it succeeded: host 0's result and metrics
 
 
@@ -129,7 +129,7 @@ def build(inputs: PlanInputs) -> LaunchPlan:
                 workdir, tuple(map(str, contained(inputs, (inputs.python,), env, host_run_dir, workdir))), host_run_dir,
                 setup=site_shell.setup_block(profile, host_run_dir), folders=mounted,
                 env=shown_env if mounted else ()))))
-    fetched = (LOGS, *((CHECK,) if inputs.checking else ()))
+    fetched = (LOGS, *((CHECK,) if inputs.checking else (STACKS,)))
     collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
                                  recurse=True) for host in hosts)
     after = () if inputs.checking else (

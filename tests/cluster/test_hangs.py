@@ -1,0 +1,81 @@
+"""Hangs on the real test cluster: `launch stacks` on a job that spans two nodes (SLURM through both launchers,
+and ssh hosts), and the hang watchdog ending it as hung, naming rank 1, its node and its function, with every
+process gone. Rank 1 sleeps before its third all_reduce through submitit and ssh; through sbatch its DataLoader
+worker blocks on a lock. Each job is one test: stacks while it hangs, then the watchdog's end."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launch.backends import remote_shell
+from tests.helpers import USER_CODE, processes_mentioning, run_cli, wait_for
+from tests.testcluster import SshHosts
+
+HANG = str(USER_CODE / "hang.py")
+
+
+def _groups(text: str) -> list[str]:
+    return [line for line in text.splitlines() if re.match(r"ranks? [0-9,-]+ \(", line)]
+
+
+def _hangs_and_is_named(run_dir: Path, env: dict[str, str], *, function: str, stuck: Callable[[], bool],
+                        gone: str, nodes: tuple[str, str] = ("n1", "n2")) -> None:
+    """Rank 1, on the first node, hangs at its third step: `stacks` shows it first, in ``function``, and ranks
+    0,2-3 (both nodes) in all_reduce at collective 3; the 20 s watchdog ends the job as hung within 60 s, naming
+    it; no process mentioning ``gone`` is left."""
+    first_node = nodes[0]
+    assert wait_for(stuck, 180), "rank 1 never reached its third step"
+    hung_at = time.monotonic()
+    shown = run_cli("stacks", str(run_dir), env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    first, second = _groups(shown.stdout)
+    assert first.startswith(f"rank 1 ({first_node}): ") and function in first, shown.stdout
+    assert second.startswith(f"ranks 0,2-3 ({','.join(nodes)}): all_reduce in hang.py:"), shown.stdout
+    assert "ranks 0,2-3 wait in collective 3 (all_reduce, 4 B)" in shown.stdout
+    assert wait_for(lambda: ": hung" in run_cli("status", str(run_dir), env=env).stdout, 60), \
+        run_cli("status", str(run_dir), env=env).stdout
+    assert time.monotonic() - hung_at < 60
+    status = run_cli("status", str(run_dir), env=env).stdout
+    assert "hung (exit status 124)" in status.splitlines()[0]
+    assert "the job hung: no progress from any rank for 20 s" in status and f"rank 1 on {first_node} is in" in status, status
+    assert function in status.splitlines()[-1]
+    assert wait_for(lambda: not processes_mentioning(gone), 30), "a process of the job outlived it"
+
+
+def _rank_1_stuck(log: Path) -> bool:
+    return log.is_file() and "step 1 done" in log.read_text(errors="replace")
+
+
+def test_a_hang_through_submitit_is_shown_then_ended(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run_dir = tmp_path / "run"
+    started = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", "submitit", "--script", HANG,
+                      "--run-dir", str(run_dir), "--hang-timeout", "20", "--detach", "--", "--where", "sleep",
+                      env=slurm_cluster)
+    assert started.returncode == 0, started.stderr[-3000:]
+    _hangs_and_is_named(run_dir, slurm_cluster, function="sleep_forever in hang.py",
+                        stuck=lambda: _rank_1_stuck(run_dir / "logs" / "rank-1.log"), gone=str(run_dir))
+
+
+def test_a_dataloader_hang_through_sbatch_is_shown_then_ended(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run_dir = tmp_path / "run"
+    started = run_cli("submit", "--profile", str(second_pair.profile(tmp_path)), "--launcher", "sbatch",
+                      "--script", HANG, "--run-dir", str(run_dir), "--hang-timeout", "20", "--detach", "--",
+                      "--where", "loader", env=second_pair.env)
+    assert started.returncode == 0, started.stderr[-3000:]
+    _hangs_and_is_named(run_dir, second_pair.env, function="(forked): take_the_lock in hang.py",
+                        stuck=lambda: _rank_1_stuck(run_dir / "logs" / "rank-1.log"), gone=str(run_dir),
+                        nodes=second_pair.nodes)
+
+
+def test_a_hang_on_ssh_hosts_is_shown_then_ended(ssh_hosts: SshHosts, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    started = run_cli("submit", "--profile", str(ssh_hosts.profile(tmp_path)), "--script", HANG, "--run-dir",
+                      str(run_dir), "--hang-timeout", "20", "--detach", "--", "--where", "sleep")
+    assert started.returncode == 0, started.stderr[-3000:]
+    on_host = remote_shell.host_run_dir(str(run_dir.absolute()), "/srv/runs")
+    log = ssh_hosts.srv("n1") / Path(on_host).relative_to("/srv") / "logs" / "rank-1.log"
+    _hangs_and_is_named(run_dir, {}, function="sleep_forever in hang.py",
+                        stuck=lambda: _rank_1_stuck(log), gone=on_host)
