@@ -67,6 +67,9 @@ def print_logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
         first = next(iter(sweep.point_folders(run_dir)), (0, "", run_dir))[2]
         raise LaunchError(f"logs {run_dir}: a sweep; its logs are its points'", f"give a point's folder, e.g. {first}")
     backends.logs(run_dir, rank=rank, follow=follow)
+    hung = run_folder.hang_message(run_dir)
+    if hung is not None:  # the logs end where the ranks stopped: why, the ranks behind first
+        print("\n".join(["", *run_folder.failure_details(run_dir), f"launch: {hung}"]))
 
 
 def cancel(run_dir: Path) -> str:
@@ -89,9 +92,12 @@ def report(given: list[str], runs: Path, output: Path) -> str:
 
     if output.suffix.lower() != ".png":
         raise LaunchError(f"--output {output}: must end in .png")
-    curves = []
+    curves, ended_badly = [], []
     for name in given:
         folder = _folder_with_metrics(name, runs)
+        hung = None if sweep.is_sweep(folder) else run_folder.hang_message(folder)
+        if hung is not None:
+            ended_badly.append(f"{folder}: {hung}")
         if sweep.is_sweep(folder):  # every point that logged something, best first
             found = [plots.read_run(run_dir, name=f"p{index} {values}")
                      for index, values, run_dir in sweep.point_folders(folder) if (run_dir / METRICS).is_file()]
@@ -99,7 +105,7 @@ def report(given: list[str], runs: Path, output: Path) -> str:
         else:
             curves.append(plots.read_run(folder))
     write_new(output, lambda sink: plots.plot(curves, sink))
-    return plots.summary_table(curves)
+    return "\n".join([plots.summary_table(curves), *ended_badly])
 
 
 def _folder_with_metrics(given: str, runs: Path) -> Path:

@@ -30,7 +30,7 @@ from typing import NoReturn
 
 from launch.core.entrypoint import Target
 from launch.core.environment import EXPAND_ARGS
-from launch.core.layout import HUNG_EXIT_STATUS, OOM_HINT, rank_log_path
+from launch.core.layout import HUNG_EXIT_STATUS, OOM_HINT, STACKS, rank_log_path
 from launch.core.lifetime import die_with_parent
 from launch.core.secrets import secret_values
 from launch.core.shell import expand
@@ -80,6 +80,13 @@ class Ending:
         return 128 + self.signum if self.signum else self.exit_code
 
 
+UNARMED = "LAUNCH_UNARMED"  # 1: no stacks armed, no watch (bench/hang_arming.py's baseline)
+
+
+def armed() -> bool:
+    return os.environ.get(UNARMED) != "1"
+
+
 def rank_of_this_process() -> int:
     return int(os.environ.get("RANK", 0))
 
@@ -117,7 +124,7 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
             signal.signal(sig, forward)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    watch = hang_watch.start(run_dir, rank, child) if run_dir is not None else None
+    watch = hang_watch.start(run_dir, rank, child) if run_dir is not None and armed() else None
     try:
         _, status, usage = os.wait4(child, 0)  # retried after each forwarded signal (PEP 475)
         ending = Ending(exit_code=os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 0,
@@ -163,10 +170,7 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
     facts = {key: value for key, value in facts.items() if value is not None}
     start_up = {key: said[key] for key in ("process_started_at", "phases") if key in said}  # as far as it got
     if ending.hang is not None:
-        ranklog.record_rank(run_dir, rank, "hung", pid=child, exit_code=HUNG_EXIT_STATUS, stacks=ending.hang["folder"],
-                            reason=f"no progress from any rank for {float(ending.hang['timeout_s']):.0f} s "  # type: ignore[arg-type]
-                                   "(the hang watchdog ended it)", **start_up, **facts)
-        return "hung"
+        return _record_hang(run_dir, rank, child, ending.hang, **start_up, **facts)
     after = {"after_signal": signal.Signals(ending.received[0]).name} if ending.received else {}
     if said.get("status") not in (None, "running") and said.get("pid") == child:
         kept = {k: v for k, v in said.items() if k not in ("rank", "host", "pid", "status", "error")}
@@ -189,6 +193,17 @@ def _record_ending(run_dir: Path | None, rank: int, child: int, ending: Ending, 
     return status
 
 
+def _record_hang(run_dir: Path, rank: int, child: int, hang: dict[str, object], **facts: object) -> str:
+    """A rank the hang watchdog ended: its log says so last, its record says hung (and where its stacks are)."""
+    quiet = f"no progress from any rank for {float(hang['timeout_s']):.0f} s"  # type: ignore[arg-type]
+    with open(rank_log_path(run_dir, rank), "a", encoding="utf-8") as log:
+        log.write(f"launch: rank {rank}: {quiet}: ended by the hang watchdog; every rank's stacks: "
+                  f"{run_dir / STACKS / str(hang['folder'])}\n")
+    ranklog.record_rank(run_dir, rank, "hung", pid=child, exit_code=HUNG_EXIT_STATUS, stacks=hang["folder"],
+                        reason=f"{quiet} (the hang watchdog ended it)", **facts)
+    return "hung"
+
+
 def describe_signal(signum: int, oom_evidence: str = "") -> str:
     name = signal.Signals(signum).name
     if signum == signal.SIGKILL and oom_evidence:
@@ -203,7 +218,8 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
     if me.run_dir is None:
         return _exit_status(run)  # no run folder: nothing to checkpoint into
     ranklog.record_rank(me.run_dir, rank, "running")
-    stacks.arm(me.run_dir, rank)  # before the code: its stacks answer `launch stacks` and the hang watchdog
+    if armed():  # before the code: its stacks answer `launch stacks` and the hang watchdog
+        stacks.arm(me.run_dir, rank)
     with ranklog.rank_output(rank_log_path(me.run_dir, rank), echo=rank == 0,
                              secrets=secret_values(os.environ)):
         try:

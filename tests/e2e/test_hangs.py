@@ -73,6 +73,9 @@ def test_stacks_name_the_sleeping_rank_and_the_watchdog_ends_the_job_as_hung(tmp
     assert f"{run_dir}: hung (exit status 124)" in status.splitlines()[0], status
     assert status.splitlines()[1].strip().startswith("rank 1 ("), "the rank behind first"
     assert processes_mentioning(str(run_dir)) == []
+    logs = run_cli("logs", str(run_dir), "--all").stdout.strip().splitlines()
+    assert f"{host} rank 1 | launch: rank 1: no progress from any rank for 20 s: ended by the hang watchdog" in \
+        "\n".join(logs) and logs[-1].startswith("launch: the job hung: "), logs[-12:]
     records = [json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text()) for rank in range(3)]
     assert [record["status"] for record in records] == ["hung"] * 3
     assert (run_dir / "logs" / "rank-1.log").read_text().count("step 1 done") == 1, "not restarted"
