@@ -206,6 +206,7 @@ def stacks(run_dir: Path, *, wait_s: float = STACKS_WAIT_S) -> tuple[Path, int |
     """Every rank's stacks of a running job, taken now into a new ``stacks/<time>/`` (brought here): the
     folder, once every running rank answered or ``wait_s`` passed, and how many ranks run (None: not known)."""
     from launch.errors import LaunchError
+    from launch.runs.stack_report import answered
 
     backend, state = recorded(run_dir)
     state = backend.status(run_dir, state)
@@ -223,7 +224,7 @@ def stacks(run_dir: Path, *, wait_s: float = STACKS_WAIT_S) -> tuple[Path, int |
         if time.monotonic() - fetched >= FETCH_EVERY_S:
             backend.fetch(run_dir, state)
             fetched = time.monotonic()
-        if expected is not None and len(list(folder.glob("rank-*.txt"))) >= expected:
+        if expected is not None and len(answered(folder)) >= expected:
             break
     backend.fetch(run_dir, state)
     return folder, expected

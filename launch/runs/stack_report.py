@@ -120,14 +120,22 @@ class Dump:
         return sorted(found.values(), key=lambda group: (len(group), group[0].rank))
 
 
+def answered(folder: Path) -> dict[int, Path]:
+    """The ranks whose stacks are in ``folder``: rank -> its rank-N.txt."""
+    found = {}
+    for path in folder.glob("rank-*.txt"):
+        number = path.stem.partition("-")[2]
+        if number.isdigit():
+            found[int(number)] = path
+    return found
+
+
 def read_dump(*folders: Path) -> Dump:
     """The ranks' stacks in ``folders`` (one dump; where each host kept its own folder, all of them)."""
     ranks: dict[int, RankStacks] = {}
     for folder in folders:
-        for path in folder.glob("rank-*.txt"):
-            number = path.stem.partition("-")[2]
-            if number.isdigit():
-                ranks.setdefault(int(number), _read_rank(path, int(number)))
+        for number, path in answered(folder).items():
+            ranks.setdefault(number, _read_rank(path, number))
     return Dump(folders=folders, ranks=tuple(ranks[number] for number in sorted(ranks)))
 
 
@@ -289,6 +297,8 @@ def dump_lines(dump: Dump, *, expected: int | None = None, frames: int = 12) -> 
         missing = [rank for rank in range(expected) if rank not in answered]
         out.append(f"no stacks from {ranks_text(missing)}")
     out.append(f"every thread of every process: {', '.join(f'{folder}/rank-N.txt' for folder in dump.folders)}")
+    if any(any(folder.glob("rank-*.native.txt")) for folder in dump.folders):
+        out.append("with native frames (py-spy): rank-N.native.txt beside them")
     return out
 
 

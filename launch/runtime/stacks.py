@@ -14,8 +14,10 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -35,6 +37,7 @@ ANSWER_S = 3.0  # how long the supervisor waits for a process's dump
 QUIET_S = 0.15  # a dump is complete once its file stopped growing for this long
 MAX_PROCESSES = 9  # the rank's process and this many of its descendants at most
 KEPT_COLLECTIVES = 32  # the last collectives of each process group kept in a dump
+NATIVE_TIMEOUT_S = 10.0  # py-spy's dump with native frames, where it is installed
 
 
 def arm(run_dir: Path, rank: int) -> None:
@@ -100,9 +103,26 @@ def take(child: int, run_dir: Path, rank: int, folder: Path) -> None:
         forked = "" if pid == child else f" (forked by pid {child})"
         parts.append(f"{PROCESS} {pid}{forked}\n" + (said or "(no answer within "
                                                               f"{ANSWER_S:.0f} s)\n"))
+    native = _native(child)
+    if native is not None:
+        (folder / f"rank-{rank}.native.txt").write_text(native, encoding="utf-8")
     temporary = folder / f".rank-{rank}.txt.tmp"
     temporary.write_text("\n".join(parts) + "\n", encoding="utf-8")
     temporary.replace(folder / f"rank-{rank}.txt")
+
+
+def _native(pid: int) -> str | None:
+    """The process's stacks with their native frames, where py-spy is installed (this process, its parent, may
+    attach to it); None without py-spy."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+    if spy is None:
+        return None
+    try:
+        done = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=NATIVE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"py-spy dump --native: {error}\n"
+    return done.stdout if done.returncode == 0 else f"py-spy dump --native failed: {done.stderr.strip()[-500:]}\n"
 
 
 def _signalled(pid: int, source: Path) -> str:

@@ -60,7 +60,9 @@ def test_stacks_name_the_sleeping_rank_and_the_watchdog_ends_the_job_as_hung(tmp
         assert "collectives: rank 1 is at collective 2 (all_reduce, 4 B); ranks 0,2 wait in collective 3 " \
                "(all_reduce, 4 B)" in shown, shown
         folder = Path(re.search(r"saved in (\S+):", shown)[1])  # type: ignore[index]
-        assert sorted(path.name for path in folder.glob("rank-*.txt")) == ["rank-0.txt", "rank-1.txt", "rank-2.txt"]
+        assert sorted(path.name for path in folder.glob("rank-[0-9].txt")) == ["rank-0.txt", "rank-1.txt", "rank-2.txt"]
+        native = (folder / "rank-1.native.txt").read_text()  # py-spy (the test extras install it) from the supervisor
+        assert re.search(r"clock_nanosleep \(libc[^)]*\)\n(.*\n)*?\s+sleep_forever \(hang.py:\d+\)", native), native
         out, err = submit.communicate(timeout=90)
     finally:
         submit.kill()

@@ -49,17 +49,22 @@ if argv[:4] == ["compute", "tpus", "tpu-vm", "ssh"]:
                for number, host in enumerate(hosts)]
     sys.exit(max(worker.wait() for worker in workers))
 if argv[:4] == ["compute", "tpus", "tpu-vm", "scp"]:
+    failed = False
     worker = next(arg for arg in argv if arg.startswith("--worker="))
     *sources, destination = [arg for arg in argv[4:argv.index(worker)] if arg != "--recurse"]
     for host in hosts if worker == "--worker=all" else [hosts[int(worker.split("=")[1])]]:
-        for source in sources:
-            if ":" in destination:  # here -> the host
-                shutil.copy(source, os.path.join(host, destination.split(":", 1)[1]))
-            elif os.path.isdir(path := os.path.join(host, source.split(":", 1)[1])):
-                shutil.copytree(path, os.path.join(destination, os.path.basename(path)), dirs_exist_ok=True)
-            else:
-                shutil.copy(path, destination)
-    sys.exit(0)
+        for source in sources:  # as scp: a source that is not there is said, the others are copied
+            try:
+                if ":" in destination:  # here -> the host
+                    shutil.copy(source, os.path.join(host, destination.split(":", 1)[1]))
+                elif os.path.isdir(path := os.path.join(host, source.split(":", 1)[1])):
+                    shutil.copytree(path, os.path.join(destination, os.path.basename(path)), dirs_exist_ok=True)
+                else:
+                    shutil.copy(path, destination)
+            except FileNotFoundError as missing:
+                print(f"scp: {missing.filename}: No such file or directory", file=sys.stderr)
+                failed = True
+    sys.exit(1 if failed else 0)
 sys.exit(f"stand-in gcloud: unexpected {argv}")
 '''
 
@@ -127,8 +132,9 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
                         "--project", "my-gcp-project", "--worker=all", "--command"]
     on_hosts = host_run_dir(str(run_dir))
     assert on_hosts.startswith("runs/pod-run-")
-    assert fetch_logs[:7] == ["compute", "tpus", "tpu-vm", "scp", "--recurse", f"my-tpu-v4-32:project/{on_hosts}/logs",
-                              str(run_dir)] and "--worker=all" in fetch_logs  # every host's rank logs, back here
+    assert fetch_logs[:8] == ["compute", "tpus", "tpu-vm", "scp", "--recurse", f"my-tpu-v4-32:project/{on_hosts}/logs",
+                              f"my-tpu-v4-32:project/{on_hosts}/stacks", str(run_dir)] and "--worker=all" in fetch_logs
+    # every host's rank logs and stacks, back here
     assert (run_dir / "logs" / "rank-12.log").read_text() == "log of rank 12 on worker-3\n"
     assert scp[:8] == ["compute", "tpus", "tpu-vm", "scp", f"my-tpu-v4-32:project/{on_hosts}/result.json",
                        f"my-tpu-v4-32:project/{on_hosts}/metrics.jsonl", str(run_dir), "--worker=0"]
@@ -355,3 +361,46 @@ def test_a_rank_that_fails_on_a_pod_is_named_from_the_logs_fetched_back(tmp_path
     assert (run_dir / "logs" / "rank-0.log").read_text().strip().endswith("rank 0 starts")  # both hosts' logs
     merged = run_cli("logs", str(run_dir), "--all", cwd=project, env=env)
     assert merged.returncode == 0 and "rank 4 | rank 4 starts" in merged.stdout, merged.stdout + merged.stderr
+
+
+def test_stacks_come_back_from_every_host_of_a_pod(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """`launch stacks` reaches every TPU host through gcloud's ssh (its request in each host's run folder) and
+    brings their ranks' stacks back with gcloud's scp, grouped as on the other backends."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gcloud").write_text(GCLOUD)
+    (bin_dir / "host-python").write_text(HOST_WORKER.format(python=sys.executable))
+    for name in ("gcloud", "host-python"):
+        (bin_dir / name).chmod(0o755)
+    profile = write_profile(f"extends: tpu-v4-32\nnodes: 2\ntpu:\n  workers: 2\n  python: {bin_dir / 'host-python'}\n"
+                            "  workdir: project\n", name="pod2.yaml")
+    for worker in range(2):
+        (tmp_path / "hosts" / f"worker-{worker}" / "project").mkdir(parents=True)
+    project = tmp_path / "mine"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import os, time\n\ndef wait_for_peer():\n    time.sleep(300)\n\ndef sleep_forever():\n    time.sleep(300)\n\n"
+        "print('started', flush=True)\nsleep_forever() if os.environ['RANK'] == '4' else wait_for_peer()\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GCLOUD_RECORD": str(tmp_path / "gcloud.jsonl"),
+           "TPU_HOSTS": str(tmp_path / "hosts"), "TPU_WORKERS": "2"}
+    run_dir = tmp_path / "runs" / "pod-stacks"
+    started = run_cli("submit", "--profile", str(profile), "--script", "train.py", "--run-dir", str(run_dir),
+                      "--detach", cwd=project, env=env)
+    assert started.returncode == 0, started.stderr
+    try:
+        logs = [tmp_path / "hosts" / f"worker-{worker}" / "project" / host_run_dir(str(run_dir)) / "logs" /
+                f"rank-{4 * worker}.log" for worker in range(2)]
+        deadline = time.monotonic() + 60
+        while not all(log.is_file() and "started" in log.read_text() for log in logs):
+            assert time.monotonic() < deadline, "the hosts' ranks never started"
+            time.sleep(0.2)
+        shown = run_cli("stacks", str(run_dir), "--wait", "20", cwd=project, env=env)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        groups = [line for line in shown.stdout.splitlines() if line.startswith("rank ")]
+        assert groups[0].endswith("): wait_for_peer in train.py:4 <- <module>"), shown.stdout
+        assert groups[1].startswith("rank 4 (") and groups[1].endswith("): sleep_forever in train.py:7 <- <module>")
+        folder = next((run_dir / "stacks").glob("2*"))
+        assert sorted(path.name for path in folder.glob("rank-[0-9].txt")) == ["rank-0.txt", "rank-4.txt"], \
+            "every host's stacks fetched here"
+    finally:
+        assert run_cli("cancel", str(run_dir), cwd=project, env=env).returncode == 0
