@@ -23,6 +23,9 @@ from launch.launchers.strategies import STRATEGIES
 from launch.runner import RUNS
 
 
+STACKS_HELP = "every rank's Python stacks (and where its collectives stand), taken from the running job now"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise LaunchError(f"{self.prog}: {message}", "see --help")
@@ -54,8 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("--output", help="the profile to write (never over an existing file; default: the "
                                           "script's name with .yaml, here)")
     for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
-                       ("cancel", "stop a running job"), ("stacks", "every rank's Python stacks (and where its "
-                                                          "collectives stand), taken from the running job now")):
+                       ("cancel", "stop a running job"), ("stacks", STACKS_HELP)):
         command = commands.add_parser(name, help=text)
         command.add_argument("run", help="the run folder, its name under runs/, or its SLURM job id")
         if name == "stacks":

@@ -28,8 +28,8 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     (RENDEZVOUS_TIMEOUT, "seconds a rank waits for the others when the process group is made"),
     (STOP_SIGNALS, "the signals that mean 'checkpoint, then stop' on this backend (SLURM: SIGUSR2,SIGTERM)"),
     (EXPAND_ARGS, "1 (submit --expand-args): ${NAME} in the code's arguments is expanded in each process"),
-    (HANG_TIMEOUT, "seconds without progress before the hang watchdog ends the job as hung (0: never; unset: "
-                   "1800 once the code reports a step)"),
+    (HANG_TIMEOUT, ("seconds without progress before the hang watchdog ends the job as hung (0: never; unset: "
+                    "1800 once the code reports a step)")),
     (RESTART_ON_HANG, "1 (profile restart_on_hang): a hung job may be restarted like a failed one"),
     (PLAN_ENV, "the names of the variables the plan added"),
     (SECRET_NAMES, "the names the profile marks secret (masked in logs and results)"),

@@ -94,8 +94,8 @@ def take(child: int, run_dir: Path, rank: int, folder: Path) -> None:
     collectives = _collectives(child, rank_collectives_path(run_dir, rank))
     if collectives is not None:
         write_json_atomic(folder / f"rank-{rank}.collectives.json", collectives)
-    parts = [f"# rank {rank} on {socket.gethostname()}, pid {child}, {MAIN_THREAD.lstrip('# ')} {main_thread}, "
-             f"at {time.time():.3f}"]
+    header = f"# rank {rank} on {socket.gethostname()}, pid {child}, {MAIN_THREAD.lstrip('# ')} {main_thread}, "
+    parts = [f"{header}at {time.time():.3f}"]
     for pid in [child, *descendants(child)][:MAX_PROCESSES]:
         if not _handles(pid, STACKS_SIGNAL, "SigCgt"):  # never a signal that would end a process unarmed
             continue

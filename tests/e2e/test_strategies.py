@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT
 
 STEPS = 120
 COMMON = ["--max-steps", str(STEPS), "--log-every", "20", "--seed", "3"]
@@ -22,17 +22,21 @@ RESULT_FIELDS = {"strategy", "profile", "world_size", "num_nodes", "epochs", "st
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
-    """Each strategy once on local-cpu, and the single-process baseline at the same global batch size."""
+    """Each strategy once on local-cpu, and the single-process baseline at the same global batch size: the four
+    jobs at once (each in its own run folder, on its own free port), as two users' jobs could run."""
     root = tmp_path_factory.mktemp("strategies")
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    commands = {strategy: ([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", strategy,
+                            "--run-dir", str(root / strategy), "--", *COMMON], {"PYTHONPATH": path})
+                for strategy in ("ddp", "accelerate", "trainer")}
+    commands["single"] = ([sys.executable, "-m", "train.ddp", *COMMON, "--batch-size", "128", "--run-dir",
+                           str(root / "single")], {"OMP_NUM_THREADS": "2"})
+    started = {name: subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env={**os.environ, **env}) for name, (argv, env) in commands.items()}
     done: dict[str, tuple[Path, Any]] = {}
-    for strategy in ("ddp", "accelerate", "trainer"):
-        run_dir = root / strategy
-        done[strategy] = (run_dir, run_cli("submit", "--profile", "local-cpu", "--strategy", strategy,
-                                           "--run-dir", str(run_dir), "--", *COMMON))
-    single = root / "single"
-    done["single"] = (single, subprocess.run(
-        [sys.executable, "-m", "train.ddp", *COMMON, "--batch-size", "128", "--run-dir", str(single)], cwd=ROOT,
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "2"}))
+    for name, process in started.items():
+        out, err = process.communicate(timeout=600)
+        done[name] = (root / name, subprocess.CompletedProcess(process.args, process.returncode, out, err))
     return done
 
 

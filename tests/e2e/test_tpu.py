@@ -331,9 +331,9 @@ os.execv(sys.executable, [sys.executable, "-m", "launch.runtime.worker", *args[2
 """
 
 
-def test_a_rank_that_fails_on_a_pod_is_named_from_the_logs_fetched_back(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
-    """The first failure on a pod, named as on the other backends (rank, host, error, the end of its log): every
-    host's rank logs and records come back into the run folder here once the job ended."""
+def _pod_of_two(tmp_path: Path, write_profile) -> tuple[Path, dict[str, str], Path]:  # type: ignore[no-untyped-def]
+    """A pod of two hosts whose python runs launch's own worker (HOST_WORKER) through the stand-in gcloud: its
+    profile, the environment that puts the stand-in on PATH, and an empty project folder to submit from."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "gcloud").write_text(GCLOUD)
@@ -346,10 +346,17 @@ def test_a_rank_that_fails_on_a_pod_is_named_from_the_logs_fetched_back(tmp_path
         (tmp_path / "hosts" / f"worker-{worker}" / "project").mkdir(parents=True)
     project = tmp_path / "mine"
     project.mkdir()
-    (project / "train.py").write_text("import os\nrank = int(os.environ['RANK'])\nprint(f'rank {rank} starts')\n"
-                                      "if rank == 4:\n    raise ValueError('bad batch on the second host')\n")
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GCLOUD_RECORD": str(tmp_path / "gcloud.jsonl"),
            "TPU_HOSTS": str(tmp_path / "hosts"), "TPU_WORKERS": "2"}
+    return profile, env, project
+
+
+def test_a_rank_that_fails_on_a_pod_is_named_from_the_logs_fetched_back(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """The first failure on a pod, named as on the other backends (rank, host, error, the end of its log): every
+    host's rank logs and records come back into the run folder here once the job ended."""
+    profile, env, project = _pod_of_two(tmp_path, write_profile)
+    (project / "train.py").write_text("import os\nrank = int(os.environ['RANK'])\nprint(f'rank {rank} starts')\n"
+                                      "if rank == 4:\n    raise ValueError('bad batch on the second host')\n")
     run_dir = tmp_path / "runs" / "pod-fails"
     done = run_cli("submit", "--profile", str(profile), "--script", "train.py", "--run-dir", str(run_dir),
                    cwd=project, env=env)
@@ -366,23 +373,10 @@ def test_a_rank_that_fails_on_a_pod_is_named_from_the_logs_fetched_back(tmp_path
 def test_stacks_come_back_from_every_host_of_a_pod(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
     """`launch stacks` reaches every TPU host through gcloud's ssh (its request in each host's run folder) and
     brings their ranks' stacks back with gcloud's scp, grouped as on the other backends."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "gcloud").write_text(GCLOUD)
-    (bin_dir / "host-python").write_text(HOST_WORKER.format(python=sys.executable))
-    for name in ("gcloud", "host-python"):
-        (bin_dir / name).chmod(0o755)
-    profile = write_profile(f"extends: tpu-v4-32\nnodes: 2\ntpu:\n  workers: 2\n  python: {bin_dir / 'host-python'}\n"
-                            "  workdir: project\n", name="pod2.yaml")
-    for worker in range(2):
-        (tmp_path / "hosts" / f"worker-{worker}" / "project").mkdir(parents=True)
-    project = tmp_path / "mine"
-    project.mkdir()
+    profile, env, project = _pod_of_two(tmp_path, write_profile)
     (project / "train.py").write_text(
         "import os, time\n\ndef wait_for_peer():\n    time.sleep(300)\n\ndef sleep_forever():\n    time.sleep(300)\n\n"
         "print('started', flush=True)\nsleep_forever() if os.environ['RANK'] == '4' else wait_for_peer()\n")
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GCLOUD_RECORD": str(tmp_path / "gcloud.jsonl"),
-           "TPU_HOSTS": str(tmp_path / "hosts"), "TPU_WORKERS": "2"}
     run_dir = tmp_path / "runs" / "pod-stacks"
     started = run_cli("submit", "--profile", str(profile), "--script", "train.py", "--run-dir", str(run_dir),
                       "--detach", cwd=project, env=env)

@@ -14,7 +14,13 @@ import pytest
 from launch.backends.remote_shell import stacks_request_command
 from launch.runs import run_folder
 from launch.runs.stack_report import hang_lines, ranks_text, read_dump
-from launch.runtime.hang_watch import DEFAULT_TIMEOUT_S, HangRule, Watch, declarations, last_progress
+from launch.runtime.hang_watch import (
+    DEFAULT_TIMEOUT_S,
+    HangRule,
+    Watch,
+    declarations,
+    last_progress,
+)
 from tests.helpers import run_cli
 
 SITE = "/usr/lib/python3.11/site-packages"
@@ -178,6 +184,6 @@ def test_stacks_of_a_run_that_is_not_running_is_refused(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text(json.dumps({"backend": "local", "status": "finished"}))
     done = run_cli("stacks", str(tmp_path))
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"launch: error: {tmp_path}: not running (finished); stacks come from "
-                                                f"a running job; the stacks of a hang the watchdog ended are under "
-                                                f"{tmp_path / 'stacks'}"]
+    said = (f"launch: error: {tmp_path}: not running (finished); stacks come from a running job; the stacks of a "
+            f"hang the watchdog ended are under {tmp_path / 'stacks'}")
+    assert done.stderr.strip().splitlines() == [said]
