@@ -116,18 +116,28 @@ class Watch(threading.Thread):
             pass
         self.started = time.time()
         self.hang: dict[str, object] | None = None
-        self.done = threading.Event()
+        self.done = threading.Event()  # the supervisor reaped the code: nothing more to take or kill
+        self.code = os.pidfd_open(child)  # the code's process itself, whatever reuses its pid once it is reaped
+        # torchrun's agent, where it may restart the workers: stopped at a hang (held now: once it is gone, this
+        # process's parent is another, which must never be signalled)
+        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) > 0 and not rule.restart
+        self.agent = os.pidfd_open(os.getppid()) if restarts else None
         self.answered = _request(self.folder)  # a request made before this rank started is not for it
         self.every = max(POLL_S, min(30.0, rule.timeout_s / 60))
         self.checked = time.monotonic()
 
     def run(self) -> None:
-        while not self.done.wait(POLL_S) and self.hang is None:
-            try:
-                self.look()
-            except Exception as error:  # noqa: BLE001 - the watch must never end the rank it watches
-                print(f"launch: warning: rank {self.rank}'s watch: {type(error).__name__}: {error}", file=sys.stderr,
-                      flush=True)
+        try:
+            while not self.done.wait(POLL_S) and self.hang is None:
+                try:
+                    self.look()
+                except Exception as error:  # noqa: BLE001 - the watch must never end the rank it watches
+                    print(f"launch: warning: rank {self.rank}'s watch: {type(error).__name__}: {error}",
+                          file=sys.stderr, flush=True)
+        finally:
+            for handle in (self.code, self.agent):
+                if handle is not None:
+                    os.close(handle)
 
     def stop(self) -> None:
         self.done.set()
@@ -154,16 +164,18 @@ class Watch(threading.Thread):
         torchrun would restart is ended too, unless the profile says a hang may be restarted."""
         stacks.take(self.child, self.run_dir, self.rank, self.folder / str(declared["folder"]))
         self.hang = declared
-        time.sleep(max(0.0, min(DUMP_WINDOW_S, float(declared["time"]) + DUMP_WINDOW_S - time.time())))  # type: ignore[arg-type]
-        for pid in [*reversed(stacks.descendants(self.child)), self.child]:
+        if self.done.wait(max(0.0, min(DUMP_WINDOW_S, float(declared["time"]) + DUMP_WINDOW_S - time.time()))):  # type: ignore[arg-type]
+            return  # the code ended meanwhile (a peer's end reached it): it is still recorded as hung
+        for pid in reversed(stacks.descendants(self.child)):
+            stacks.send(pid, signal.SIGKILL)
+        try:
+            signal.pidfd_send_signal(self.code, signal.SIGKILL)
+        except OSError:
+            pass
+        if self.agent is not None:
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-        if not self.rule.restart and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) > 0:
-            try:
-                os.kill(os.getppid(), signal.SIGTERM)  # torchrun's agent: it stops, instead of restarting
-            except ProcessLookupError:
+                signal.pidfd_send_signal(self.agent, signal.SIGTERM)  # it stops the others, instead of restarting
+            except OSError:
                 pass
 
 

@@ -97,9 +97,9 @@ def take(child: int, run_dir: Path, rank: int, folder: Path) -> None:
     header = f"# rank {rank} on {socket.gethostname()}, pid {child}, {MAIN_THREAD.lstrip('# ')} {main_thread}, "
     parts = [f"{header}at {time.time():.3f}"]
     for pid in [child, *descendants(child)][:MAX_PROCESSES]:
-        if not _handles(pid, STACKS_SIGNAL, "SigCgt"):  # never a signal that would end a process unarmed
-            continue
         said = _signalled(pid, source)
+        if said is None:  # unarmed (or gone): never sent a signal that would end it
+            continue
         forked = "" if pid == child else f" (forked by pid {child})"
         parts.append(f"{PROCESS} {pid}{forked}\n" + (said or "(no answer within "
                                                               f"{ANSWER_S:.0f} s)\n"))
@@ -125,13 +125,31 @@ def _native(pid: int) -> str | None:
     return done.stdout if done.returncode == 0 else f"py-spy dump --native failed: {done.stderr.strip()[-500:]}\n"
 
 
-def _signalled(pid: int, source: Path) -> str:
-    """What ``pid`` wrote to ``source`` after STACKS_SIGNAL, once its writing stopped."""
-    start = _size(source)
+def send(pid: int, signum: int, *, only_if: str = "") -> bool:
+    """Send ``signum`` to ``pid`` through a pidfd, so that a process that ended and whose pid was reused meanwhile
+    is never signalled; with ``only_if`` (SigCgt: caught, SigBlk: blocked), only when the process, checked once
+    the pidfd holds it, handles the signal. Whether it was sent."""
     try:
-        os.kill(pid, STACKS_SIGNAL)
-    except ProcessLookupError:
-        return ""
+        handle = os.pidfd_open(pid)
+    except OSError:  # gone
+        return False
+    try:
+        if only_if and not _handles(pid, signum, only_if):
+            return False
+        signal.pidfd_send_signal(handle, signum)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(handle)
+
+
+def _signalled(pid: int, source: Path) -> str | None:
+    """What ``pid`` wrote to ``source`` after STACKS_SIGNAL, once its writing stopped; None when it was not sent
+    (a process that is not armed, or gone)."""
+    start = _size(source)
+    if not send(pid, STACKS_SIGNAL, only_if="SigCgt"):
+        return None
     deadline, size, changed = time.monotonic() + ANSWER_S, start, time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.02)
@@ -147,10 +165,9 @@ def _signalled(pid: int, source: Path) -> str:
 
 def _collectives(child: int, path: Path) -> dict[str, object] | None:
     """The flight record the process writes on COLLECTIVES_SIGNAL; None when it does not answer."""
-    if not _handles(child, COLLECTIVES_SIGNAL, "SigBlk"):
-        return None
     before = path.stat().st_mtime_ns if path.exists() else 0
-    os.kill(child, COLLECTIVES_SIGNAL)
+    if not send(child, COLLECTIVES_SIGNAL, only_if="SigBlk"):
+        return None
     deadline = time.monotonic() + ANSWER_S
     while time.monotonic() < deadline:
         if path.exists() and path.stat().st_mtime_ns != before:

@@ -12,9 +12,22 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, USER_CODE, processes_mentioning, run_cli, wait_for
 
 HANG = str(USER_CODE / "hang.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slow_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The slow job (about 70 s, mostly asleep), started detached before this file's first test and looked at by
+    its last, so that it runs while the others do."""
+    run_dir = tmp_path_factory.mktemp("slow") / "run"
+    started = run_cli("submit", "--profile", "local-cpu", "--script", str(USER_CODE / "slow_steps.py"), "--run-dir",
+                      str(run_dir), "--hang-timeout", "20", "--detach", "--", "--steps", "2", "--step-seconds", "30")
+    assert started.returncode == 0, started.stderr
+    return run_dir
 
 
 def _profile(folder: Path) -> Path:
@@ -105,11 +118,10 @@ def test_stacks_reach_the_dataloader_worker_that_waits_on_a_lock(tmp_path: Path)
     assert wait_for(lambda: processes_mentioning(str(run_dir)) == [], 10), "every process of the job is gone"
 
 
-def test_a_slow_job_that_reports_progress_is_not_called_hung(tmp_path: Path) -> None:
+def test_a_slow_job_that_reports_progress_is_not_called_hung(slow_job: Path) -> None:
     """Steps of 30 s with job.heartbeat() every 5 s between, under a 20 s hang timeout: the job finishes."""
-    run_dir = tmp_path / "run"
-    done = run_cli("submit", "--profile", "local-cpu", "--script", str(USER_CODE / "slow_steps.py"), "--run-dir",
-                   str(run_dir), "--hang-timeout", "20", "--", "--steps", "2", "--step-seconds", "30")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert ": finished" in run_cli("status", str(run_dir)).stdout
-    assert not list((run_dir / "stacks").glob("hang-*")), "no hang was declared"
+    assert wait_for(lambda: ": running" not in run_cli("status", str(slow_job)).stdout, 120)
+    status = run_cli("status", str(slow_job)).stdout
+    assert ": finished" in status, status + (slow_job / "logs" / "rank-0.log").read_text()[-2000:]
+    assert json.loads((slow_job / "result.json").read_text()) == {"steps": 2}
+    assert not list((slow_job / "stacks").glob("hang-*")), "no hang was declared"
