@@ -11,6 +11,7 @@ from typing import NoReturn
 import yaml
 
 from launch import follow_up, runner
+from launch.backends import STACKS_WAIT_S
 from launch.core.output_file import write_new
 from launch.core.plan import LAUNCHERS
 from launch.core.profile_loader import (
@@ -21,7 +22,6 @@ from launch.core.profile_loader import (
 from launch.errors import LaunchError
 from launch.launchers.strategies import STRATEGIES
 from launch.runner import RUNS
-
 
 STACKS_HELP = "every rank's Python stacks (and where its collectives stand), taken from the running job now"
 
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=text)
         command.add_argument("run", help="the run folder, its name under runs/, or its SLURM job id")
         if name == "stacks":
-            command.add_argument("--wait", type=float, default=15.0, metavar="S",
+            command.add_argument("--wait", type=float, default=STACKS_WAIT_S, metavar="S",
                                  help="how long every rank has to answer (default 15 s)")
         if name == "logs":
             which = command.add_mutually_exclusive_group()

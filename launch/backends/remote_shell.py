@@ -89,9 +89,9 @@ def stop_command(host_run_dir: str) -> str:
 def stacks_request_command(host_run_dir: str, name: str) -> str:
     """What a host runs to ask its ranks for their stacks into ``stacks/<name>/`` (``launch stacks``)."""
     folder = f"{host_run_dir}/{STACKS}"
-    temporary, request = f"{folder}/.{STACK_REQUEST}.tmp", f"{folder}/{STACK_REQUEST}"
-    return " && ".join([shlex.join(["mkdir", "-p", folder]), f"printf '%s\\n' {shlex.quote(name)} > {shlex.quote(temporary)}",
-                        shlex.join(["mv", "-f", temporary, request])])
+    temporary, request = shlex.quote(f"{folder}/.{STACK_REQUEST}."), shlex.quote(f"{folder}/{STACK_REQUEST}")
+    return " && ".join([shlex.join(["mkdir", "-p", folder]), f"printf '%s\\n' {shlex.quote(name)} > {temporary}$$",
+                        f"mv -f {temporary}$$ {request}"])
 
 
 FOLDER_PRESENT = "launch: run folder present"

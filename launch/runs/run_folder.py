@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -12,6 +14,7 @@ from typing import Any
 
 from launch.core import site_shell, snapshot
 from launch.core.layout import (
+    HANG_PREFIX,
     HUNG_EXIT_STATUS,
     LOGS,
     OOM_HINT,
@@ -123,7 +126,7 @@ def ask_stacks(run_dir: Path, name: str) -> None:
     ``stacks/<name>/``: each rank's supervisor looks at ``stacks/request`` about once a second."""
     folder = run_dir / STACKS
     folder.mkdir(parents=True, exist_ok=True)
-    temporary = folder / f".{STACK_REQUEST}.tmp"
+    temporary = folder / f".{STACK_REQUEST}.{os.getpid()}.tmp"
     temporary.write_text(name + "\n", encoding="utf-8")
     temporary.replace(folder / STACK_REQUEST)
 
@@ -187,11 +190,14 @@ def _lost_a_peer(error: str) -> bool:
 RESULT_FIELDS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_second", "wall_seconds")
 
 
+_HANG_FOLDER = re.compile(rf"{HANG_PREFIX}[A-Za-z0-9_.-]+")  # what the watchdog names its folders: never a path
+
+
 def hang_folders(run_dir: Path) -> list[Path]:
     """The stacks folders of the hang that ended the job, as its ranks recorded them (one per host where the
     hosts keep run folders of their own, fetched here); empty when no rank was ended as hung."""
     names = {str(note["stacks"]) for note in rank_notes(run_dir) if note.get("status") == "hung" and note.get("stacks")}
-    return [run_dir / STACKS / name for name in sorted(names)]
+    return [run_dir / STACKS / name for name in sorted(names) if _HANG_FOLDER.fullmatch(name)]
 
 
 def ended(run_dir: Path, status: str, exit_code: int | None) -> tuple[str, int | None]:

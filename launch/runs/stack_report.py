@@ -190,7 +190,7 @@ def _last_collectives(path: Path) -> tuple[Collective, ...]:
         if entry.get("is_p2p"):
             continue
         group = entry.get("process_group") or [str(entry.get("pg_id", 0))]
-        name = str(group[-1] if isinstance(group, list) else group)
+        name = str(group[0] if isinstance(group, list) else group)  # its name; the description may repeat
         seq = int(entry.get("collective_seq_id") or 0)
         if name not in last or seq >= last[name].seq:
             op = str(entry.get("profiling_name") or "?").rpartition(":")[2]
@@ -261,7 +261,7 @@ def _compare_collectives(ranks: tuple[RankStacks, ...]) -> tuple[str, list[int]]
         if len(last) < 2:
             continue
         ahead = max(c.seq for c in last.values())
-        where = "" if group in ("default_pg", "0") or len(groups) == 1 else f" of process group {group}"
+        where = "" if group == "0" or len(groups) == 1 else f" of process group {group}"
         parts = []
         for seq in sorted({c.seq for c in last.values()}):
             at = [rank for rank, c in last.items() if c.seq == seq]

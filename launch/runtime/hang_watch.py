@@ -117,6 +117,7 @@ class Watch(threading.Thread):
         self.started = time.time()
         self.hang: dict[str, object] | None = None
         self.done = threading.Event()  # the supervisor reaped the code: nothing more to take or kill
+        self.killed = False  # the watch killed the code (a hang), rather than the code ending by itself
         self.code = os.pidfd_open(child)  # the code's process itself, whatever reuses its pid once it is reaped
         # torchrun's agent, where it may restart the workers: stopped at a hang (held now: once it is gone, this
         # process's parent is another, which must never be signalled)
@@ -162,14 +163,21 @@ class Watch(threading.Thread):
     def end_hung(self, declared: dict[str, object]) -> None:
         """Take the rank's stacks into the hang's folder, then (after the dump window) kill its code; a job
         torchrun would restart is ended too, unless the profile says a hang may be restarted."""
-        stacks.take(self.child, self.run_dir, self.rank, self.folder / str(declared["folder"]))
+        if not SAFE_NAME.match(str(declared.get("folder"))) or not str(declared["folder"]).startswith(HANG_PREFIX):
+            return  # not a declaration launch wrote: its folder is never a path out of the run folder
         self.hang = declared
+        stacks.take(self.child, self.run_dir, self.rank, self.folder / str(declared["folder"]), hurry=True)
         if self.done.wait(max(0.0, min(DUMP_WINDOW_S, float(declared["time"]) + DUMP_WINDOW_S - time.time()))):  # type: ignore[arg-type]
-            return  # the code ended meanwhile (a peer's end reached it): it is still recorded as hung
+            return  # the code ended meanwhile (a peer's end reached it): hung if it failed, as it did
+        try:
+            signal.pidfd_send_signal(self.code, 0)  # not reaped yet: its pid and its children are still its own
+        except OSError:
+            return
         for pid in reversed(stacks.descendants(self.child)):
             stacks.send(pid, signal.SIGKILL)
         try:
             signal.pidfd_send_signal(self.code, signal.SIGKILL)
+            self.killed = True
         except OSError:
             pass
         if self.agent is not None:
@@ -188,9 +196,16 @@ def _request(folder: Path) -> str:
     return name if SAFE_NAME.match(name) else ""
 
 
-def start(run_dir: Path, rank: int, child: int) -> Watch:
-    """The watch of rank ``rank``'s process ``child``, started; its node's first rank keeps the clock."""
-    watch = Watch(run_dir, rank, child, rule=HangRule.from_env(os.environ),
-                  keeps_clock=int(os.environ.get("LOCAL_RANK") or 0) == 0)
+def start(run_dir: Path, rank: int, child: int) -> Watch | None:
+    """The watch of rank ``rank``'s process ``child``, started; its node's first rank keeps the clock. None where
+    this kernel has no pidfds (Linux before 5.3, or a seccomp filter): the job runs unwatched, said once."""
+    try:
+        watch = Watch(run_dir, rank, child, rule=HangRule.from_env(os.environ),
+                      keeps_clock=int(os.environ.get("LOCAL_RANK") or 0) == 0)
+    except OSError as error:
+        if rank == 0:
+            print(f"launch: warning: no stacks on request and no hang watchdog here (pidfd_open: {error.strerror})",
+                  file=sys.stderr, flush=True)
+        return None
     watch.start()
     return watch

@@ -37,12 +37,12 @@ ANSWER_S = 3.0  # how long the supervisor waits for a process's dump
 QUIET_S = 0.15  # a dump is complete once its file stopped growing for this long
 MAX_PROCESSES = 9  # the rank's process and this many of its descendants at most
 KEPT_COLLECTIVES = 32  # the last collectives of each process group kept in a dump
-NATIVE_TIMEOUT_S = 10.0  # py-spy's dump with native frames, where it is installed
+NATIVE_TIMEOUT_S = 20.0  # py-spy's dump with native frames, where it is installed
 
 
 def arm(run_dir: Path, rank: int) -> None:
     """In the code's process, before the code: its stacks and collectives answer the supervisor's signals."""
-    fd = os.open(rank_stacks_path(run_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(rank_stacks_path(run_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     os.write(fd, f"{MAIN_THREAD} 0x{threading.get_ident():016x}\n".encode())
     faulthandler.register(STACKS_SIGNAL, file=fd, all_threads=True, chain=False)
     # Blocked in every thread (threads made later inherit it), so only the thread below takes it: it answers
@@ -85,9 +85,11 @@ def _recording() -> bool:
     return int(os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or 0) > 0
 
 
-def take(child: int, run_dir: Path, rank: int, folder: Path) -> None:
-    """The supervisor's side: the stacks of rank ``rank``'s process ``child`` and its descendants, and its
-    flight record, copied into ``folder`` (``rank-N.txt``, written last, and ``rank-N.collectives.json``)."""
+def take(child: int, run_dir: Path, rank: int, folder: Path, *, hurry: bool = False) -> None:
+    """The supervisor's side: the stacks of rank ``rank``'s process ``child`` and its descendants, its flight
+    record and (with py-spy) its native frames, into ``folder``: ``rank-N.txt`` last, so that its presence means
+    the rank answered; with ``hurry`` (a hang: the others kill their code soon) before the native frames, which
+    may take seconds."""
     folder.mkdir(parents=True, exist_ok=True)
     source = rank_stacks_path(run_dir, rank)
     main_thread = _main_thread(source)
@@ -103,12 +105,19 @@ def take(child: int, run_dir: Path, rank: int, folder: Path) -> None:
         forked = "" if pid == child else f" (forked by pid {child})"
         parts.append(f"{PROCESS} {pid}{forked}\n" + (said or "(no answer within "
                                                               f"{ANSWER_S:.0f} s)\n"))
-    native = _native(child)
-    if native is not None:
-        (folder / f"rank-{rank}.native.txt").write_text(native, encoding="utf-8")
+    if not hurry:
+        _write_native(child, folder / f"rank-{rank}.native.txt")
     temporary = folder / f".rank-{rank}.txt.tmp"
     temporary.write_text("\n".join(parts) + "\n", encoding="utf-8")
-    temporary.replace(folder / f"rank-{rank}.txt")
+    temporary.replace(folder / f"rank-{rank}.txt")  # last: a reader that sees it sees the rank's whole answer
+    if hurry:
+        _write_native(child, folder / f"rank-{rank}.native.txt")
+
+
+def _write_native(pid: int, path: Path) -> None:
+    native = _native(pid)
+    if native is not None:
+        path.write_text(native, encoding="utf-8")
 
 
 def _native(pid: int) -> str | None:

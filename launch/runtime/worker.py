@@ -139,7 +139,8 @@ def supervise(run: Callable[[], int | None], *, rank: int | None = None) -> Endi
             signal.signal(sig, handler)
         if watch is not None:
             watch.stop()
-    if watch is not None and watch.hang is not None:  # ended by the watchdog, whatever it died of
+    if watch is not None and watch.hang is not None and (watch.killed or ending.shell_status):
+        # ended by the watchdog, or by a peer's end during its dump: whatever it died of, it hung
         ending = Ending(exit_code=HUNG_EXIT_STATUS, received=ending.received, hang=watch.hang)
     return replace(ending, status=_record_ending(run_dir, rank, child, ending, max_rss_mb=rss))
 

@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--beat-seconds", type=float, default=5.0)
     args = parser.parse_args()
     dist.init_process_group("gloo")
+    job.heartbeat()  # started: from here every few seconds
     total = torch.ones(1)
     for step in range(args.steps):
         ends = time.monotonic() + args.step_seconds

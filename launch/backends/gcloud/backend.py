@@ -97,7 +97,7 @@ def _run_here(argv: tuple[str, ...]) -> None:
 
 def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:
     """The rank that failed first, from the rank records fetched back from the hosts; else what gcloud said."""
-    if run_folder.first_failure(run_dir) is not None:
+    if run_folder.hang_folders(run_dir) or run_folder.first_failure(run_dir) is not None:
         return f"{run_folder.failure_message(run_dir, status)} (fetched from the TPU hosts)"
     return (f"the job failed on the TPU hosts (gcloud's exit status {status}; after a dropped connection they may "
             f"still run: python -m launch cancel {run_dir}); rank logs: {job.host_folder}/{run_folder.LOGS} on each TPU host")
