@@ -309,8 +309,11 @@ def hang_lines(dump: Dump) -> tuple[str, list[str]]:
     others = [rank for rank in dump.ranks if rank not in where.behind]
     if where.behind:
         stuck = "; ".join(f"rank {rank.rank} on {rank.host} is in {rank.summary}" for rank in where.behind)
-        waiting = f"; {ranks_text([rank.rank for rank in others])} wait in {others[0].processes[0].summary}" \
-            if others and others[0].processes else ""
+        places: dict[str, list[int]] = {}  # what the others wait in, each place with its ranks
+        for rank in others:
+            places.setdefault(rank.processes[0].summary if rank.processes else "(no answer)", []).append(rank.rank)
+        waiting = "".join(f"; {ranks_text(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {place}"
+                          for place, ranks in places.items())
     else:
         stuck = f"every rank stopped in {dump.ranks[0].summary}" if dump.ranks else "no rank gave its stacks"
         waiting = ""

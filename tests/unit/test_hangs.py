@@ -84,6 +84,16 @@ def test_without_flight_records_the_rank_outside_a_collective_is_the_one_behind(
                    "all_reduce in train.py:14 <- step <- <module>"
 
 
+def test_ranks_that_wait_in_different_places_are_told_apart(tmp_path: Path) -> None:
+    _rank_file(tmp_path, 0, "n1", _in_all_reduce(14), seq=3)
+    _rank_file(tmp_path, 1, "n1", ASLEEP, seq=2)
+    _rank_file(tmp_path, 2, "n2", _in_all_reduce(20), seq=3)
+    line, _ = hang_lines(read_dump(tmp_path))
+    assert line.startswith("rank 1 on n1 is in sleep_forever in train.py:7 <- step <- <module>; rank 0 waits in "
+                           "all_reduce in train.py:14 <- step <- <module>; rank 2 waits in all_reduce in "
+                           "train.py:20 <- step <- <module> ("), line
+
+
 def test_ranks_are_written_as_ranges() -> None:
     assert ranks_text([7, 0, 2, 3, 4]) == "ranks 0,2-4,7"
     assert ranks_text([5]) == "rank 5"
