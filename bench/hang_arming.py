@@ -35,12 +35,10 @@ def workload(steps: int, numel: int) -> None:
     import torch.distributed as dist
 
     from launch import job
+    from launch.runtime.phases import process_started_at
 
     dist.init_process_group("gloo")
-    with open("/proc/self/stat", encoding="ascii") as stat:
-        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/uptime", encoding="ascii") as uptime:
-        started = time.time() - (float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK"))
+    started = process_started_at() or time.time()
     grads, weights = torch.ones(numel), torch.randn(256, 256)
     first_step = None
     times = []

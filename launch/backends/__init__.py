@@ -200,6 +200,7 @@ def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool,
 
 
 STACKS_WAIT_S = 15.0  # `launch stacks`: how long every rank has to answer
+FETCH_EVERY_S = 2.0  # meanwhile, how often the hosts' stacks are fetched (where they keep their own folders)
 
 
 def stacks(run_dir: Path, *, wait_s: float = STACKS_WAIT_S) -> tuple[Path, int | None]:
@@ -228,9 +229,6 @@ def stacks(run_dir: Path, *, wait_s: float = STACKS_WAIT_S) -> tuple[Path, int |
             break
     backend.fetch(run_dir, state)
     return folder, expected
-
-
-FETCH_EVERY_S = 2.0
 
 
 def logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
