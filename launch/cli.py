@@ -12,7 +12,6 @@ import yaml
 
 from launch import follow_up, runner
 from launch.backends import STACKS_WAIT_S
-from launch.core.output_file import write_new
 from launch.core.plan import LAUNCHERS
 from launch.core.profile_loader import (
     bundled_profile_names,
@@ -56,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("script", help="the batch script (#SBATCH lines, module, export, source, srun ...)")
     convert.add_argument("--output", help="the profile to write (never over an existing file; default: the "
                                           "script's name with .yaml, here)")
+    ui = commands.add_parser("ui", help="a web page of the runs and sweeps under FOLDERs, live while they run")
+    ui.add_argument("folders", nargs="*", metavar="FOLDER", help="where the run folders are (default ./runs)")
+    ui.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    ui.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this "
+                                                         "machine only; every request needs the printed token)")
     for name, text in (("status", "show a run's state"), ("logs", "print a rank's log"),
                        ("cancel", "stop a running job"), ("stacks", STACKS_HELP)):
         command = commands.add_parser(name, help=text)
@@ -223,26 +227,17 @@ def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
-    from launch.launchers.accelerate_config import render_config, working_command
+    from launch.launchers.accelerate_config import print_or_write
 
-    profile = load_profile(args.profile)
-    if not 0 <= args.machine_rank < profile.nodes:
-        raise LaunchError(f"--machine-rank {args.machine_rank}: profile {profile.name} has {profile.nodes} "
-                          f"node(s), so it must be between 0 and {profile.nodes - 1}")
-    text = render_config(profile, machine_rank=args.machine_rank)
-    if args.output is None:
-        print(text, end="")
-        command = working_command(profile)
-        if command:  # on stderr: stdout stays the file
-            print(f"# Accelerate 1.x needs more than this file; run: {command}", file=sys.stderr)
-        return 0
-    output = Path(args.output)
-    write_new(output, lambda sink: sink.write(text.encode()))
-    print(f"wrote {output}")
-    command = working_command(profile, config_file=str(output))
-    if command:
-        print(f"Accelerate 1.x needs more than this file; run your script with: {command}")
+    print_or_write(load_profile(args.profile), machine_rank=args.machine_rank,
+                   output=Path(args.output) if args.output else None)
     return 0
+
+
+def _ui(args: argparse.Namespace, _: list[str]) -> int:
+    from launch.ui import serve
+
+    return serve(args.folders or [RUNS], host=args.host, port=args.port)
 
 
 def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
@@ -294,4 +289,4 @@ def _doctor(args: argparse.Namespace, _: list[str]) -> int:
 _HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit, "check": _check,
              "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel,
              "report": _report, "doctor": _doctor, "sweep": _sweep, "sweep-retry": _sweep_retry,
-             "from-sbatch": _from_sbatch, "stacks": _stacks}
+             "from-sbatch": _from_sbatch, "stacks": _stacks, "ui": _ui}

@@ -36,12 +36,19 @@ def status_text(run_dir: Path) -> str:
     state = backends.status(run_dir)
     code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
     lines = [f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else "")]
+    return "\n".join([*lines, *outcome_lines(run_dir, state)])
+
+
+def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:
+    """Under a run's state (``status``, ``launch ui``): the failure or hang report, the rank behind first, and
+    the result where there is one."""
+    lines = []
     if state.get("status") == "hung" or state.get("status") == "failed" and run_folder.first_failure(run_dir):
         lines += [*run_folder.failure_details(run_dir),
                   run_folder.failure_message(run_dir, int(state.get("exit_code") or 1))]
     if (run_dir / run_folder.RESULT).is_file():
         lines.append(run_folder.result_summary(run_dir))
-    return "\n".join(lines)
+    return lines
 
 
 def stacks_text(run_dir: Path, *, wait_s: float) -> tuple[str, bool]:

@@ -23,7 +23,7 @@ import pytest
 
 # Helper modules beside the tests assert too: their failures read as the tests' own do.
 pytest.register_assert_rewrite("tests.helpers", "tests.user_code_runs", "tests.check_table", "tests.terminal",
-                               "tests.projects", "tests.tpu_plans")
+                               "tests.projects", "tests.tpu_plans", "tests.browser", "tests.dashboard")
 
 from tests import testcluster
 from tests.scheduling import LANE_GROUPS, LanesFirst

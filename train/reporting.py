@@ -69,7 +69,8 @@ class Reporter:
         rate = progress.rate(world_size, epoch_started)
         self.say(f"epoch {epoch} step {progress.step}/{progress.total_steps} loss {mean_loss:.4f} "
                  f"{rate:.0f} samples/s")
-        self.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss, samples_per_second=rate)
+        self.record(kind="train", epoch=epoch, step=progress.step, loss=mean_loss, samples_per_second=rate,
+                    total_steps=progress.total_steps)
         self.last_loss = mean_loss
 
     def tick(self, epoch: int, step: int, total_steps: int, samples_per_second: float) -> None:

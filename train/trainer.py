@@ -89,7 +89,8 @@ def _progress_callback(reporter: Reporter, total_steps: int, samples_per_step: i
             logs, epoch = logs or {}, int(np.ceil(state.epoch or 0))
             if "loss" in logs:
                 reporter.say(f"epoch {epoch} step {state.global_step}/{total_steps} loss {logs['loss']:.4f}")
-                reporter.record(kind="train", epoch=epoch, step=state.global_step, loss=logs["loss"])
+                reporter.record(kind="train", epoch=epoch, step=state.global_step, loss=logs["loss"],
+                                total_steps=total_steps)
                 reporter.last_loss = logs["loss"]
             if "eval_loss" in logs:
                 reporter.say(f"epoch {epoch} done: eval loss {logs['eval_loss']:.4f}, eval accuracy "

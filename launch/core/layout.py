@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 PLAN_TEXT = "plan.txt"
 RESULT = "result.json"
 METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"  # TensorBoard event files of what ``log_metrics`` recorded (the same process writes both)
 STATE = "state.json"
 LOGS = "logs"
 CHECK = "check"  # `launch check`'s reports: check/rank-N.json, node-K.json, links.json
@@ -23,6 +25,20 @@ HANG_PREFIX = "hang-"  # stacks/hang-<time>.json: a hang the watchdog declared; 
 HUNG_EXIT_STATUS = 124  # a rank, and a job, that the hang watchdog ended (as timeout(1) ends a command)
 # Said of a rank killed by SIGKILL: in its record (the worker) and in the failure report (the host side).
 OOM_HINT = "the kernel's out-of-memory killer is a common cause"
+
+
+# What a metrics.jsonl line says about itself rather than a curve: never drawn, never a TensorBoard tag.
+NOT_CURVES = frozenset({"time", "kind", "step", "epoch", "total_steps"})
+
+
+def metric_curves(record: dict[str, Any]) -> list[tuple[str, float]]:
+    """The curves one metrics.jsonl line adds a point to, at its ``step``: ``KIND/NAME`` and the value of each
+    number in it (``train/loss``, ``eval/eval_accuracy``). TensorBoard's tags, ``report``'s and the dashboard's
+    curves: one naming for all three."""
+    kind = str(record.get("kind", "train"))
+    return [(f"{kind}/{name}", float(value)) for name, value in record.items()
+            if name not in NOT_CURVES and isinstance(value, int | float) and not isinstance(value, bool)
+            and not math.isnan(value)]
 
 
 def rank_log_path(run_dir: str | Path, rank: int) -> Path:

@@ -256,8 +256,19 @@ def _modules(facts: dict[str, Any]) -> str:
     return f"all {len(loaded)} load" if not failing else "not: " + ", ".join(failing)
 
 
-def verdict_line(verdict: Verdict, seconds: float) -> str:
+def verdict_line(verdict: Verdict, seconds: float | None = None) -> str:
     if verdict.passed:
-        return (f"check passed in {seconds:.0f} s: {len(verdict.rows)} node(s) reach the head, with the same "
+        took = "" if seconds is None else f" in {seconds:.0f} s"
+        return (f"check passed{took}: {len(verdict.rows)} node(s) reach the head, with the same "
                 f"versions and code, links within {SLOW_LINK:g}x of the median")
     return f"check failed: {'; '.join(verdict.problems)}"
+
+
+def table_of_run(run_dir: Path, *, nodes: int, per_node: int, device: str) -> str | None:
+    """The table and verdict of a run folder where ``launch check`` ran, from its reports (``launch ui``); None
+    where no probe reported."""
+    reports = Reports.read(run_dir)
+    if not reports.ranks and not reports.nodes:
+        return None
+    verdict = judge(reports, nodes=nodes, per_node=per_node, device=device)
+    return f"{table(verdict)}\n{verdict_line(verdict)}"

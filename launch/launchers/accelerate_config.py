@@ -11,13 +11,16 @@ single process unless it is given an mpirun hostfile. Only ``ACCELERATE_USE_CPU=
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from launch.core.output_file import write_new
 from launch.core.profile import Profile
-from launch.errors import ConfigError
+from launch.errors import ConfigError, LaunchError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,3 +196,23 @@ def render_config(profile: Profile, *, machine_rank: int = 0, user: UserConfig |
     config = accelerate_config(profile, machine_rank=machine_rank) if user is None else \
         merged_config(profile, user, machine_rank=machine_rank)
     return header + yaml.safe_dump(config, sort_keys=True)
+
+
+def print_or_write(profile: Profile, *, machine_rank: int, output: Path | None) -> None:
+    """``accelerate-config``: the config of one machine of ``profile`` printed, or written into ``output`` (a new
+    file), with the command Accelerate 1.x needs besides it."""
+    if not 0 <= machine_rank < profile.nodes:
+        raise LaunchError(f"--machine-rank {machine_rank}: profile {profile.name} has {profile.nodes} "
+                          f"node(s), so it must be between 0 and {profile.nodes - 1}")
+    text = render_config(profile, machine_rank=machine_rank)
+    if output is None:
+        print(text, end="")
+        command = working_command(profile)
+        if command:  # on stderr: stdout stays the file
+            print(f"# Accelerate 1.x needs more than this file; run: {command}", file=sys.stderr)
+        return
+    write_new(output, lambda sink: sink.write(text.encode()))
+    print(f"wrote {output}")
+    command = working_command(profile, config_file=str(output))
+    if command:
+        print(f"Accelerate 1.x needs more than this file; run your script with: {command}")

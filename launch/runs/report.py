@@ -1,7 +1,7 @@
 """`report`: loss and accuracy curves of one or several runs, side by side, from what each run recorded.
 
-Reads each run folder's metrics.jsonl (one JSON object per line, written as the run goes) and result.json;
-draws a PNG with matplotlib and returns a summary table.
+Reads each run folder's metrics.jsonl (one JSON object per line, written as the run goes) and result.json, as
+``launch ui`` does; draws a PNG with matplotlib and returns a summary table.
 """
 
 from __future__ import annotations
@@ -11,32 +11,54 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from launch.core.layout import METRICS
+from launch.core.layout import METRICS, metric_curves
 from launch.errors import LaunchError
 from launch.runs import run_folder
 
 SUMMARY_COLUMNS = ("run", "strategy", "world", "steps", "eval acc", "eval loss", "samples/s", "wall s")
 
 
+Series = tuple[tuple[int, float], ...]  # (step, value) pairs, in the order they were recorded
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunCurves:
-    """One run's recorded series: (step, value) pairs, in the order they were recorded."""
+    """One run's recorded curves by name (``train/loss``, ``eval/eval_accuracy``: ``layout.metric_curves``), its
+    last records of each kind, and its result."""
 
     name: str
-    train_loss: tuple[tuple[int, float], ...] = ()
-    eval_loss: tuple[tuple[int, float], ...] = ()
-    eval_accuracy: tuple[tuple[int, float], ...] = ()
+    series: dict[str, Series] = field(default_factory=dict)
+    first: dict[str, dict[str, object]] = field(default_factory=dict)  # kind -> its first record
+    last: dict[str, dict[str, object]] = field(default_factory=dict)  # kind -> its last record
     result: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def train_loss(self) -> Series:
+        return self.series.get("train/loss", ())
+
+    @property
+    def eval_loss(self) -> Series:
+        return self.series.get("eval/eval_loss", ())
+
+    @property
+    def eval_accuracy(self) -> Series:
+        return self.series.get("eval/eval_accuracy", ())
 
 
 def read_run(run_dir: Path, *, name: str | None = None) -> RunCurves:
-    """A run's curves; a run folder without metrics is an error naming it. A last line still being written
-    (no newline yet) is left out; any other line that is not JSON is an error naming the file and line."""
+    """A run's curves; a run folder without metrics is an error naming it."""
     path = run_dir / METRICS
     if not path.is_file():
         raise LaunchError(f"{run_dir}: no {METRICS} (not a run folder, or a run that has not logged anything yet)")
+    return curves_of(read_records(path), name=name or run_dir.name,
+                     result=run_folder.read_json(run_dir / run_folder.RESULT) or {})
+
+
+def read_records(path: Path) -> list[dict[str, object]]:
+    """The lines of a metrics.jsonl that have a step. A last line still being written (no newline yet) is left
+    out; any other line that is not JSON is an error naming the file and line."""
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    train, evals, accuracy = [], [], []
+    records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -46,17 +68,22 @@ def read_run(run_dir: Path, *, name: str | None = None) -> RunCurves:
             if number == len(lines):  # the line a running job is writing
                 continue
             raise LaunchError(f"{path}:{number}: not a JSON object") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            continue
-        step = record["step"]
-        if record.get("kind") == "train" and _number(record.get("loss")):
-            train.append((step, float(record["loss"])))
-        if record.get("kind") == "eval" and _number(record.get("eval_loss")):
-            evals.append((step, float(record["eval_loss"])))
-        if record.get("kind") == "eval" and _number(record.get("eval_accuracy")):
-            accuracy.append((step, float(record["eval_accuracy"])))
-    return RunCurves(name=name or run_dir.name, train_loss=tuple(train), eval_loss=tuple(evals),
-                     eval_accuracy=tuple(accuracy), result=run_folder.read_json(run_dir / run_folder.RESULT) or {})
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+    return records
+
+
+def curves_of(records: list[dict[str, object]], *, name: str, result: dict[str, object]) -> RunCurves:
+    series: dict[str, list[tuple[int, float]]] = {}
+    first: dict[str, dict[str, object]] = {}
+    last: dict[str, dict[str, object]] = {}
+    for record in records:
+        first.setdefault(str(record.get("kind", "train")), record)
+        last[str(record.get("kind", "train"))] = record
+        for tag, value in metric_curves(record):
+            series.setdefault(tag, []).append((int(record["step"]), value))  # type: ignore[call-overload]
+    return RunCurves(name=name, series={tag: tuple(points) for tag, points in series.items()}, first=first,
+                     last=last, result=result)
 
 
 def ranked(curves: list[RunCurves]) -> list[RunCurves]:

@@ -1,6 +1,8 @@
-"""What the job's code records in its run folder for ``launch report`` and for people: one line per logged step
-or evaluation in ``metrics.jsonl`` (``launch.job.log_metrics``), and the run's outcome in ``result.json``
-(``launch.job.write_result``), both written by the main process, with every secret value masked. No torch.
+"""What the job's code records in its run folder for ``launch report``, ``launch ui`` and for people: one line
+per logged step or evaluation in ``metrics.jsonl`` (``launch.job.log_metrics``), the same points as TensorBoard
+event files in ``tensorboard/`` (through ``torch.utils.tensorboard``, imported at the first point), and the run's
+outcome in ``result.json`` (``launch.job.write_result``), all written by the main process, with every secret
+value masked.
 """
 
 from __future__ import annotations
@@ -9,7 +11,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from launch.core.layout import METRICS, RESULT, write_json_atomic
+from launch.core.layout import (
+    METRICS,
+    RESULT,
+    TENSORBOARD,
+    metric_curves,
+    write_json_atomic,
+)
 from launch.core.secrets import scrub_data, secret_values
 from launch.runtime.identity import info
 from launch.runtime.progress import heartbeat
@@ -24,10 +32,11 @@ def _written_by_me(run_dir: str | Path | None) -> Path | None:
 
 def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = None,
                 **values: Any) -> None:  # noqa: ANN401 - JSON values
-    """Append one line to the run's metrics.jsonl (main process only; elsewhere a no-op), which ``report``
-    draws: ``kind="train"`` with ``loss``, ``kind="eval"`` with ``eval_loss`` and ``eval_accuracy``. Secret
-    values are masked. ``run_dir``: where, when the job was not started by launch (the caller then decides
-    which process writes). Every call is also a ``heartbeat``, on every rank."""
+    """Append one line to the run's metrics.jsonl (main process only; elsewhere a no-op), which ``report`` and
+    ``launch ui`` draw, and add each number of it to the run's TensorBoard event files as the tag ``KIND/NAME``:
+    ``kind="train"`` with ``loss``, ``kind="eval"`` with ``eval_loss`` and ``eval_accuracy``; ``total_steps``
+    gives the dashboard its ETA. Secret values are masked. ``run_dir``: where, when the job was not started by
+    launch (the caller then decides which process writes). Every call is also a ``heartbeat``, on every rank."""
     heartbeat()
     folder = _written_by_me(run_dir)
     if folder is None:
@@ -39,6 +48,40 @@ def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = 
                         secret_values(os.environ))
     with open(folder / METRICS, "a", encoding="utf-8") as sink:
         sink.write(json.dumps(record) + "\n")
+    _add_events(folder, record)
+
+
+_event_writers: dict[Path, Any] = {}  # run folder -> its SummaryWriter, or None where TensorBoard is missing
+
+
+def _add_events(folder: Path, record: dict[str, Any]) -> None:
+    """The record's numbers as scalars in ``folder/tensorboard/``, flushed at once (a job may end without
+    teardown). The first point after a restart hides what earlier attempts logged from its step on."""
+    points = metric_curves(record)
+    if not points:
+        return
+    if folder not in _event_writers:
+        _event_writers[folder] = _event_writer(folder / TENSORBOARD, first_step=record["step"])
+    writer = _event_writers[folder]
+    if writer is None:
+        return
+    for tag, value in points:
+        writer.add_scalar(tag, value, global_step=record["step"], walltime=record["time"])
+    writer.flush()
+
+
+def _event_writer(log_dir: Path, *, first_step: int) -> Any:  # noqa: ANN401 - torch's SummaryWriter
+    """A TensorBoard writer into ``log_dir``; None (said once) where the tensorboard package is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as missing:
+        import sys
+
+        print(f"launch: no TensorBoard event files for this run ({missing}); pip install tensorboard",
+              file=sys.stderr, flush=True)
+        return None
+    resumed = log_dir.is_dir() and any(log_dir.iterdir())
+    return SummaryWriter(log_dir=str(log_dir), purge_step=first_step if resumed else None)
 
 
 def write_result(data: dict[str, Any], *, run_dir: str | Path | None = None,

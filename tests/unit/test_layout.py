@@ -23,6 +23,7 @@ MAY_IMPORT = {
     "runs": {"launch.core"},
     "sweeps": {"launch.core", "launch.launchers", "launch.runs", REGISTRY},
     "diagnostics": {"launch.core", "launch.runs", REGISTRY},
+    "ui": {"launch.core", "launch.runs", "launch.sweeps", "launch.diagnostics", "launch.follow_up", REGISTRY},
 }
 # Modules outside launch/runtime that run inside the job, and so may use the in-job side's internals.
 IN_JOB = {"launch", "launch.job", "launch.backends.slurm.task_bootstrap"}

@@ -1,0 +1,208 @@
+"""``launch ui``'s web server: a WSGI application (Werkzeug, as TensorBoard serves its pages) over
+``run_views``, served by Werkzeug's threaded server on loopback unless told otherwise.
+
+Safe on a shared login node:
+- every request needs the token that the printed URL carries (``?token=``; the page then keeps it in a cookie
+  of its own port, ``HttpOnly`` and ``SameSite=Strict``; scripts may send ``Authorization: token T``); without
+  it the answer is 403 and nothing is read;
+- on loopback, a request must name a loopback host (a page of another site that resolves its name to
+  127.0.0.1 gets 403);
+- the actions (POST) need the token and a same-origin request (its ``Origin`` is this server);
+- a run is reached only by its id, through ``run_views.Folders.find``; files are served from a fixed list;
+- every answer has the secret values of this process's environment masked (the job masks its own).
+
+Updates reach an open page as server-sent events, computed while the page listens and only then.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import secrets
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+from launch.core.secrets import scrub_data, secret_values
+from launch.sweeps import sweep_plan as sweep
+from launch.ui.run_views import Folders, Reader
+
+STATIC = Path(__file__).resolve().parent / "static"
+FILES = {"/": ("index.html", "text/html"), "/static/app.js": ("app.js", "text/javascript"),
+         "/static/style.css": ("style.css", "text/css")}
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+EVENT_EVERY_S = {"run": 1.0, "sweep": 2.0, "list": 3.0}  # how often an open page's data is read again
+KEEP_ALIVE_S = 5.0  # a page that closed stops its stream at the next write, at most this late
+ACTION_WAIT_S = 60.0  # an action's answer waits this long for its command (a retry goes on after)
+SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+                    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+                    "Cache-Control": "no-store"}
+
+
+class UiApp:
+    """The WSGI application: pages, their data, their live updates, and the actions."""
+
+    def __init__(self, folders: Folders, *, token: str, port: int, loopback: bool) -> None:
+        self.folders = folders
+        self.reader = Reader(folders)
+        self.token = token
+        self.cookie = f"launch-ui-{port}"  # cookies are not kept per port: each server its own name
+        self.loopback = loopback
+        self.secrets = secret_values(os.environ)
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:  # noqa: ANN401
+        request = Request(environ)
+        response = self.respond(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response(environ, start_response)
+
+    def respond(self, request: Request) -> Response:
+        if self.loopback and request.host.rpartition(":")[0].lower() not in LOOPBACK:
+            return _text(403, f"{request.host}: this server answers to 127.0.0.1 or localhost only")
+        given = request.args.get("token") or request.cookies.get(self.cookie) or \
+            request.headers.get("Authorization", "").removeprefix("token ").strip()
+        if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
+            return _text(403, "403 Forbidden: open the URL that `launch ui` printed (it carries the token)")
+        if request.method == "POST":
+            if request.path != "/api/action":
+                return _text(404, "no such action")
+            origin = request.headers.get("Origin") or ""
+            if origin != f"{request.scheme}://{request.host}":
+                return _text(403, "403 Forbidden: actions are taken from this server's own page only")
+            return self._action(request)
+        if request.method != "GET":
+            return _text(405, "GET or POST")
+        if request.path in FILES:
+            if "token" in request.args:  # the printed URL: keep the token in a cookie, and out of the address bar
+                response = Response(status=303, headers={"Location": request.path})
+                response.set_cookie(self.cookie, self.token, httponly=True, samesite="Strict")
+                return response
+            name, kind = FILES[request.path]
+            return Response((STATIC / name).read_bytes(), content_type=f"{kind}; charset=utf-8")
+        pages = {"/api/runs": self._list, "/api/run": self._page, "/api/events": self._events}
+        if request.path not in pages:
+            return _text(404, f"{request.path}: no such page")
+        return pages[request.path](request)
+
+    def _data(self, what: str, run_id: str) -> dict[str, Any] | None:
+        """The list (``what`` "list"), or a run's or a sweep's page; None for an id that names no run."""
+        if what == "list":
+            return {"runs": [self.reader.row(found, folder) for found, folder in self.folders.ids()],
+                    "folders": [str(root) for root in self.folders.roots], "now": time.time()}
+        folder = self.folders.find(run_id)
+        if folder is None:
+            return None
+        page = self.reader.sweep_page(run_id, folder) if sweep.is_sweep(folder) else \
+            self.reader.run_page(run_id, folder)
+        return {**page, "now": time.time()}
+
+    def _json(self, data: dict[str, Any] | None) -> Response:
+        if data is None:
+            return _text(404, "no such run under the folders this server shows")
+        return Response(json.dumps(scrub_data(data, self.secrets)), content_type="application/json")
+
+    def _list(self, request: Request) -> Response:
+        return self._json(self._data("list", ""))
+
+    def _page(self, request: Request) -> Response:
+        return self._json(self._data("page", request.args.get("id", "")))
+
+    def _events(self, request: Request) -> Response:
+        """The page's data as server-sent events: sent again whenever it changes, read every few seconds while
+        the page listens (a comment every ``KEEP_ALIVE_S`` finds out that it stopped listening)."""
+        run_id = request.args.get("id", "")
+        what = "list" if not run_id else "sweep" if (found := self.folders.find(run_id)) and sweep.is_sweep(found) \
+            else "run"
+        if what != "list" and self._data(what, run_id) is None:
+            return _text(404, "no such run under the folders this server shows")
+
+        def stream() -> Iterator[bytes]:
+            last, quiet = "", 0.0
+            while True:
+                data = self._data(what, run_id) or {}
+                data.pop("now", None)
+                text = json.dumps(scrub_data(data, self.secrets))
+                if text != last:
+                    last, quiet = text, 0.0
+                    yield f"data: {text}\n\n".encode()
+                elif quiet >= KEEP_ALIVE_S:
+                    quiet = 0.0
+                    yield b": still here\n\n"
+                time.sleep(EVENT_EVERY_S[what])
+                quiet += EVENT_EVERY_S[what]
+
+        return Response(stream(), content_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+    def _action(self, request: Request) -> Response:
+        """Cancel a run or a sweep, or retry a sweep's failed points: the CLI's own command, run as typed."""
+        asked = request.get_json(silent=True) or {}
+        folder = self.folders.find(str(asked.get("id", "")))
+        if folder is None:
+            return _text(404, "no such run under the folders this server shows")
+        if asked.get("action") == "cancel":
+            argv = ["cancel", str(folder)]
+        elif asked.get("action") == "retry" and sweep.is_sweep(folder):
+            argv = ["sweep", "retry", str(folder), "--failed", "--detach"]
+        else:
+            return _text(400, "actions: cancel (a run or a sweep), retry (a sweep's failed points)")
+        return self._json(run_command(argv, log_folder=folder / "logs" if sweep.is_sweep(folder) else None))
+
+
+def run_command(argv: list[str], *, log_folder: Path | None) -> dict[str, Any]:
+    """``python -m launch ARGV`` in its own session (it outlives this server), waited for up to
+    ``ACTION_WAIT_S``; its output kept in a new file of ``log_folder`` where given."""
+    command = [sys.executable, "-m", "launch", *argv]
+    shown = shlex.join(["python", "-m", "launch", *argv])
+    log = _new_log(log_folder, argv[0]) if log_folder is not None else None
+    with open(log or os.devnull, "xb" if log else "wb") as sink:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE if log is None else sink,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            output, _ = process.communicate(timeout=ACTION_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return {"command": shown, "ok": True, "running": True,
+                    "output": f"still running after {ACTION_WAIT_S:.0f} s" + (f"; its output: {log}" if log else "")}
+    text = log.read_text(errors="replace") if log is not None else (output or b"").decode(errors="replace")
+    return {"command": shown, "ok": process.returncode == 0, "exit_status": process.returncode, "output": text}
+
+
+def _new_log(folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for counter in range(1, 1000):
+        path = folder / f"ui-{name}-{stamp}{'' if counter == 1 else f'-{counter}'}.log"
+        if not path.exists():
+            return path
+    return folder / f"ui-{name}-{stamp}-{secrets.token_hex(4)}.log"
+
+
+def _text(status: int, text: str) -> Response:
+    return Response(text + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line per request: a request's address carries the token."""
+
+    def log_request(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def make(folders: list[Path], *, host: str, port: int) -> tuple[BaseWSGIServer, str]:
+    """The server (bound, not yet serving) and the URL to open, with its token."""
+    roots = Folders(tuple(folder.resolve() for folder in folders))
+    token = secrets.token_urlsafe(32)
+    loopback = host in LOOPBACK or host.startswith("127.")
+    server = make_server(host, port, lambda *a: None, threaded=True, request_handler=_QuietHandler)
+    server.app = UiApp(roots, token=token, port=server.server_port, loopback=loopback)  # type: ignore[assignment]
+    shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else f"[{host}]" if ":" in host else host
+    return server, f"http://{shown}:{server.server_port}/?token={token}"

@@ -1,0 +1,75 @@
+"""``launch ui``'s parts that need no job: the run list's reading of every bundled profile's plan, the loopback
+host check, the command's refusals, and the curves a metrics line makes (TensorBoard's tags). The pages on
+real runs, the token, the actions and the browser: tests/e2e/test_ui.py and tests/cluster/test_ui.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from werkzeug.test import Client
+
+from launch import runner
+from launch.backends import render_text
+from launch.core.layout import metric_curves
+from launch.core.plan_text import read_header
+from launch.core.profile_loader import bundled_profile_names
+from launch.ui.run_views import Folders
+from launch.ui.server import UiApp
+from tests.helpers import ROOT, run_cli
+
+
+@pytest.mark.parametrize("name", bundled_profile_names())
+def test_the_run_list_reads_back_what_render_wrote_for_every_bundled_profile(name: str, tmp_path: Path) -> None:
+    plan = runner.plan(runner.Request(profile=name, run_dir=str(tmp_path / "run")), for_submit=False)
+    header = read_header(render_text(plan))
+    profile = plan.profile
+    assert (header.profile, header.strategy, header.nodes, header.procs_per_node, header.device, header.backend) == \
+        (profile.name, "ddp", profile.nodes, profile.procs_per_node, profile.device, plan.job.backend)
+    assert header.world_size == plan.world_size
+
+
+def _app(tmp_path: Path, *, loopback: bool) -> Client:
+    (tmp_path / "runs").mkdir(parents=True)
+    return Client(UiApp(Folders((tmp_path / "runs",)), token="t0ken", port=8, loopback=loopback))
+
+
+def test_on_loopback_a_page_of_another_site_that_names_this_address_is_refused(tmp_path: Path) -> None:
+    client = _app(tmp_path, loopback=True)
+    for host in ("localhost:8", "127.0.0.1:8", "[::1]:8", "LOCALHOST:8"):
+        assert client.get("/api/runs?token=t0ken", headers={"Host": host}).status_code == 200, host
+    for host in ("evil.example:8", "127.0.0.1.evil.example:8", "evil.example"):  # DNS rebinding
+        answer = client.get("/api/runs?token=t0ken", headers={"Host": host})
+        assert answer.status_code == 403 and "runs" not in answer.get_data(as_text=True), host
+    anywhere = _app(tmp_path / "b", loopback=False)  # --host 0.0.0.0: any name, the token still needed
+    assert anywhere.get("/api/runs?token=t0ken", headers={"Host": "node7.cluster:8"}).status_code == 200
+    assert anywhere.get("/api/runs", headers={"Host": "node7.cluster:8"}).status_code == 403
+
+
+def test_ui_refuses_a_missing_folder_and_a_bad_port_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    for args, said in (((str(tmp_path / "nope"),), "no such folder"), (("--port", "70000"), "--port 70000"),
+                       (("--port", "x"), "invalid int value")):
+        done = run_cli("ui", *args, cwd=tmp_path, timeout=60)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_metrics_line_makes_one_curve_per_number_named_by_its_kind() -> None:
+    record = {"time": 1.0, "kind": "eval", "step": 3, "epoch": 1, "total_steps": 9, "eval_loss": 0.5,
+              "eval_accuracy": 1, "note": "text", "flag": True, "broken": float("nan")}
+    assert metric_curves(record) == [("eval/eval_loss", 0.5), ("eval/eval_accuracy", 1.0)]
+
+
+def test_without_tensorboard_the_metrics_are_still_written_and_the_job_says_why(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['torch.utils.tensorboard'] = None\n"  # as where tensorboard is not installed
+            "from launch import job\n"
+            f"for step in (1, 2): job.log_metrics(step=step, loss=1.0 / step, run_dir={str(tmp_path)!r})\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("no TensorBoard event files") == 1 and "pip install tensorboard" in done.stderr
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["loss"] for line in lines] == [1.0, 0.5] and not (tmp_path / "tensorboard").exists()
