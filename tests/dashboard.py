@@ -80,6 +80,10 @@ class Dashboard:
         assert line.startswith(b"data: "), line
         return json.loads(line[len(b"data: "):])
 
+    def threads(self) -> int:
+        """How many threads the server has now (one per open stream, besides its own)."""
+        return len(list(Path(f"/proc/{self.process.pid}/task").iterdir()))
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()

@@ -38,7 +38,7 @@ def metric_curves(record: dict[str, Any]) -> list[tuple[str, float]]:
     kind = str(record.get("kind", "train"))
     return [(f"{kind}/{name}", float(value)) for name, value in record.items()
             if name not in NOT_CURVES and isinstance(value, int | float) and not isinstance(value, bool)
-            and not math.isnan(value)]
+            and math.isfinite(value)]  # NaN and infinity are no point
 
 
 def rank_log_path(run_dir: str | Path, rank: int) -> Path:

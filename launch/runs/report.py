@@ -28,7 +28,7 @@ class RunCurves:
 
     name: str
     series: dict[str, Series] = field(default_factory=dict)
-    first: dict[str, dict[str, object]] = field(default_factory=dict)  # kind -> its first record
+    first: dict[str, dict[str, object]] = field(default_factory=dict)  # kind -> its first since the last restart
     last: dict[str, dict[str, object]] = field(default_factory=dict)  # kind -> its last record
     result: dict[str, object] = field(default_factory=dict)
 
@@ -74,16 +74,25 @@ def read_records(path: Path) -> list[dict[str, object]]:
 
 
 def curves_of(records: list[dict[str, object]], *, name: str, result: dict[str, object]) -> RunCurves:
+    """The curves of a run's records. A run resumed from a checkpoint logs its steps again from there: a
+    point at or before the last one of its curve replaces the earlier attempt's from its step on, as TensorBoard
+    shows them (``purge_step``)."""
     series: dict[str, list[tuple[int, float]]] = {}
-    first: dict[str, dict[str, object]] = {}
+    pace: dict[str, list[dict[str, object]]] = {}  # kind -> its records since the last restart
     last: dict[str, dict[str, object]] = {}
     for record in records:
-        first.setdefault(str(record.get("kind", "train")), record)
-        last[str(record.get("kind", "train"))] = record
+        kind, step = str(record.get("kind", "train")), int(record["step"])  # type: ignore[call-overload]
+        if kind in last and step <= int(last[kind]["step"]):  # type: ignore[call-overload]
+            pace[kind] = []
+        pace.setdefault(kind, []).append(record)
+        last[kind] = record
         for tag, value in metric_curves(record):
-            series.setdefault(tag, []).append((int(record["step"]), value))  # type: ignore[call-overload]
-    return RunCurves(name=name, series={tag: tuple(points) for tag, points in series.items()}, first=first,
-                     last=last, result=result)
+            points = series.setdefault(tag, [])
+            while points and points[-1][0] >= step:
+                points.pop()
+            points.append((step, value))
+    return RunCurves(name=name, series={tag: tuple(points) for tag, points in series.items()},
+                     first={kind: since[0] for kind, since in pace.items()}, last=last, result=result)
 
 
 def ranked(curves: list[RunCurves]) -> list[RunCurves]:

@@ -303,9 +303,10 @@ class MergedLogs:
     """Every rank's log as one stream in time order (each write's time is beside the log), each line prefixed
     with its host and rank; ``new_lines`` returns what was added since it was last called."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, tail_bytes: int | None = None) -> None:
         self.run_dir = run_dir
         self.positions: dict[int, int] = {}
+        self.tail_bytes = tail_bytes  # read a log from its last lines within this many bytes (None: whole)
 
     def new_lines(self, *, final: bool = False) -> list[str]:
         """Complete lines added since the last call (``final``: a last line without a newline too)."""
@@ -319,6 +320,10 @@ class MergedLogs:
     def _read(self, rank: int, path: Path, final: bool) -> list[tuple[float, int, int, str]]:
         start = self.positions.get(rank, 0)
         with open(path, "rb") as log:
+            if rank not in self.positions and self.tail_bytes is not None:  # from the first whole line of the tail
+                start = max(0, log.seek(0, os.SEEK_END) - self.tail_bytes)
+                log.seek(max(0, start - 1))
+                start += len(log.readline()) - 1 if start else 0
             log.seek(start)
             data = log.read()
         end = len(data) if final else data.rfind(b"\n") + 1

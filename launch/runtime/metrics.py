@@ -1,6 +1,6 @@
 """What the job's code records in its run folder for ``launch report``, ``launch ui`` and for people: one line
 per logged step or evaluation in ``metrics.jsonl`` (``launch.job.log_metrics``), the same points as TensorBoard
-event files in ``tensorboard/`` (through ``torch.utils.tensorboard``, imported at the first point), and the run's
+event files in ``tensorboard/`` (TensorBoard's own writer, imported at the first point; no torch), and the run's
 outcome in ``result.json`` (``launch.job.write_result``), all written by the main process, with every secret
 value masked.
 """
@@ -8,6 +8,7 @@ value masked.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,6 @@ def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = 
     if folder is None:
         return
     import json
-    import time
 
     record = scrub_data({"time": round(time.time(), 3), "kind": kind, "step": step, **values},
                         secret_values(os.environ))
@@ -51,7 +51,7 @@ def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = 
     _add_events(folder, record)
 
 
-_event_writers: dict[Path, Any] = {}  # run folder -> its SummaryWriter, or None where TensorBoard is missing
+_event_writers: dict[Path, Any] = {}  # run folder -> its event file writer, or None where TensorBoard is missing
 
 
 def _add_events(folder: Path, record: dict[str, Any]) -> None:
@@ -61,19 +61,25 @@ def _add_events(folder: Path, record: dict[str, Any]) -> None:
     if not points:
         return
     if folder not in _event_writers:
-        _event_writers[folder] = _event_writer(folder / TENSORBOARD, first_step=record["step"])
+        _event_writers[folder] = _event_writer(folder / TENSORBOARD, first_step=int(record["step"]))
     writer = _event_writers[folder]
     if writer is None:
         return
-    for tag, value in points:
-        writer.add_scalar(tag, value, global_step=record["step"], walltime=record["time"])
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    writer.add_event(Event(wall_time=float(record["time"]), step=int(record["step"]), summary=Summary(
+        value=[Summary.Value(tag=tag, simple_value=value) for tag, value in points])))
     writer.flush()
 
 
-def _event_writer(log_dir: Path, *, first_step: int) -> Any:  # noqa: ANN401 - torch's SummaryWriter
-    """A TensorBoard writer into ``log_dir``; None (said once) where the tensorboard package is missing."""
+def _event_writer(log_dir: Path, *, first_step: int) -> Any:  # noqa: ANN401 - TensorBoard's EventFileWriter
+    """TensorBoard's own event file writer (the one ``torch.utils.tensorboard`` writes through, without torch)
+    into ``log_dir``; None (said once) where the tensorboard package is missing. Where earlier attempts of the
+    run wrote events, a restart marker at ``first_step`` hides theirs from that step on (``purge_step``)."""
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError as missing:
         import sys
 
@@ -81,7 +87,10 @@ def _event_writer(log_dir: Path, *, first_step: int) -> Any:  # noqa: ANN401 - t
               file=sys.stderr, flush=True)
         return None
     resumed = log_dir.is_dir() and any(log_dir.iterdir())
-    return SummaryWriter(log_dir=str(log_dir), purge_step=first_step if resumed else None)
+    writer = EventFileWriter(str(log_dir))
+    if resumed:
+        writer.add_event(Event(wall_time=time.time(), step=first_step, session_log=SessionLog(status=SessionLog.START)))
+    return writer
 
 
 def write_result(data: dict[str, Any], *, run_dir: str | Path | None = None,

@@ -4,6 +4,7 @@ followed to their end; its status table, and the retry of its failed points."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from launch import backends
@@ -179,11 +180,11 @@ def _table_and_states(folder: Path) -> tuple[str, list[str]]:
     return report.format_table(rows), states
 
 
-def failed_points(folder: Path) -> tuple[int, ...]:
+def failed_points(folder: Path, status: Callable[[Path], backends.State] = backends.status) -> tuple[int, ...]:
     """The points to run again: every one that neither finished nor still runs (failed, cancelled, never
-    started, lost, forgotten by SLURM without a result)."""
+    started, lost, forgotten by SLURM without a result). ``status``: how a point's state is read."""
     def retryable(run_dir: Path) -> bool:
-        state = backends.status(run_dir)
+        state = status(run_dir)
         return point_state(run_dir, state) != "finished" and not backends.is_active(state)
 
     return tuple(index for index, _, run_dir in sweep.point_folders(folder) if retryable(run_dir))

@@ -8,6 +8,7 @@ the only way from an id to a folder, and it answers only with run or sweep folde
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -17,14 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from launch import backends, follow_up
-from launch.core.layout import METRICS, PLAN_TEXT, RESULT, STATE
+from launch.core.layout import CHECK, LOGS, METRICS, PLAN_TEXT, RESULT, STACKS, STATE
 from launch.core.plan_text import PlanHeader, read_header
 from launch.errors import LaunchError
 from launch.runs import report, run_folder
 from launch.sweeps import sweep_plan as sweep
+from launch.sweeps.runner import failed_points, point_state
 
 STATUS_EVERY_S = 5.0  # a running job's state asked of its backend (the scheduler) at most this often
+FETCH_EVERY_S = 10.0  # a running job's files brought from its hosts (ssh, TPU) at most this often
 LOG_TAIL_LINES = 200  # of every rank's log merged, the last lines a run's page shows
+LOG_TAIL_BYTES = 64 * 1024  # of each rank's log, what is read at first for them
 MAX_RUNS = 500  # the newest runs and sweeps the list shows
 _PART = re.compile(r"[^/\\\x00]+")  # one part of a path inside a given folder: no separators, no NUL
 
@@ -56,7 +60,7 @@ class Folders:
         if any(part in ("", ".", "..") or not _PART.fullmatch(part) for part in parts):
             return None
         folder = root.joinpath(*parts).resolve()
-        if not folder.is_relative_to(root) or not _is_run(folder):
+        if not folder.is_relative_to(root) or not _is_run(folder) or _links_out(folder, root):
             return None
         return folder
 
@@ -71,6 +75,31 @@ class Folders:
 
 def _is_run(folder: Path) -> bool:
     return (folder / PLAN_TEXT).is_file() or sweep.is_sweep(folder)
+
+
+READ_FOLDERS = ("", LOGS, CHECK, STACKS)  # where the pages read a run's files (and stacks/<time>/ one deeper)
+
+
+def _links_out(folder: Path, root: Path) -> bool:
+    """Whether a file the pages would read in ``folder`` is a link to somewhere outside ``root``: such a run
+    folder is not served at all."""
+    def links_out(entries: list[os.DirEntry[str]]) -> bool:
+        return any(entry.is_symlink() and not Path(entry.path).resolve().is_relative_to(root) for entry in entries)
+
+    for name in READ_FOLDERS:
+        entries = _entries(folder / name)
+        if links_out(entries) or (name == STACKS and any(
+                links_out(_entries(Path(entry.path))) for entry in entries if entry.is_dir(follow_symlinks=False))):
+            return True
+    return False
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as found:
+            return list(found)
+    except OSError:
+        return []
 
 
 def _runs_under(root: Path, *, depth: int) -> list[Path]:
@@ -94,8 +123,12 @@ def _modified(folder: Path) -> float:
 
 @dataclass
 class _Cached:
+    """What ``Reader`` keeps of one run between reads; its lock makes one page's read at a time."""
+
     state: backends.State
-    asked: float  # when the backend was last asked (monotonic)
+    asked: float = -STATUS_EVERY_S  # when the backend was last asked (monotonic)
+    fetched: float = 0.0  # when the hosts' files were last brought here (monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
     logs: run_folder.MergedLogs | None = None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
     metrics: tuple[tuple[int, int], report.RunCurves] | None = None  # (mtime ns, size) of metrics.jsonl, read
@@ -112,57 +145,66 @@ class Reader:
 
     def _entry(self, run_dir: Path) -> _Cached:
         with self._lock:
-            if run_dir not in self._cache:
-                self._cache[run_dir] = _Cached(state={}, asked=-STATUS_EVERY_S)
-            return self._cache[run_dir]
+            return self._cache.setdefault(run_dir, _Cached(state={}))
 
     def state(self, run_dir: Path) -> backends.State:
-        """The run's state: as recorded once it ended; else the backend's answer, at most ``STATUS_EVERY_S`` old."""
+        """The run's state: as recorded once it ended; else the backend's answer, at most ``STATUS_EVERY_S``
+        old, and the files of a job whose hosts keep their own run folders brought here every
+        ``FETCH_EVERY_S`` (``Backend.fetch``, as ``logs --follow`` does)."""
         cached = self._entry(run_dir)
-        recorded = run_folder.read_json(run_dir / STATE) or {"status": "not started"}
-        may_run = backends.is_active(recorded) or backends.is_active(cached.state)
-        if may_run and time.monotonic() - cached.asked >= STATUS_EVERY_S:
-            try:
-                cached.state = backends.status(run_dir)
-            except (LaunchError, OSError) as error:  # a scheduler that does not answer: said, and asked again later
-                cached.state = {**recorded, "detail": f"state unknown: {error}"}
-            cached.asked = time.monotonic()
-        elif not may_run:
-            cached.state = recorded
-        return cached.state
+        with cached.lock:
+            backend, recorded = backends.recorded(run_dir)
+            may_run = backends.is_active(recorded) or backends.is_active(cached.state)
+            if may_run and time.monotonic() - cached.asked >= STATUS_EVERY_S:
+                try:
+                    cached.state = backend.status(run_dir, recorded)
+                    if time.monotonic() - cached.fetched >= FETCH_EVERY_S:
+                        backend.fetch(run_dir, cached.state)
+                        cached.fetched = time.monotonic()
+                except (LaunchError, OSError) as error:  # a scheduler that does not answer: said, asked again later
+                    cached.state = {**recorded, "detail": f"state unknown: {error}"}
+                cached.asked = time.monotonic()
+            elif not may_run:
+                cached.state = recorded
+            return cached.state
 
     def curves(self, run_dir: Path) -> report.RunCurves:
         cached = self._entry(run_dir)
-        path = run_dir / METRICS
         try:
-            stat = path.stat()
+            stat = (run_dir / METRICS).stat()
         except OSError:
             return report.RunCurves(name=run_dir.name)
         key = (stat.st_mtime_ns, stat.st_size)
-        if cached.metrics is None or cached.metrics[0] != key:
-            try:
-                records = report.read_records(path)
-            except LaunchError:
-                records = []
-            cached.metrics = (key, report.curves_of(records, name=run_dir.name, result={}))
-        return cached.metrics[1]
+        with cached.lock:
+            if cached.metrics is None or cached.metrics[0] != key:
+                try:
+                    records = report.read_records(run_dir / METRICS)
+                except LaunchError:
+                    records = []
+                cached.metrics = (key, report.curves_of(records, name=run_dir.name, result={}))
+            return cached.metrics[1]
 
     def log_tail(self, run_dir: Path, *, running: bool) -> list[str]:
-        """The last lines of every rank's log merged in time order, as ``logs --all`` prints them."""
+        """The last lines of every rank's log merged in time order, as ``logs --all`` prints them (read from
+        the last ``LOG_TAIL_BYTES`` of each log on the first look)."""
         cached = self._entry(run_dir)
-        if cached.logs is None:
-            cached.logs = run_folder.MergedLogs(run_dir)
-        cached.tail.extend(cached.logs.new_lines(final=not running))
-        return list(cached.tail)
+        with cached.lock:
+            if cached.logs is None:
+                cached.logs = run_folder.MergedLogs(run_dir, tail_bytes=LOG_TAIL_BYTES)
+            cached.tail.extend(cached.logs.new_lines(final=not running))
+            return list(cached.tail)
 
     def row(self, run_id: str, folder: Path) -> dict[str, Any]:
-        """A line of the list: a run's or a sweep's."""
-        return self._sweep_row(run_id, folder) if sweep.is_sweep(folder) else self._run_row(run_id, folder)
+        """A line of the list: a run's or a sweep's; one that cannot be read says why instead."""
+        try:
+            return self._sweep_row(run_id, folder) if sweep.is_sweep(folder) else self._run_row(run_id, folder)
+        except (LaunchError, OSError, KeyError, TypeError, ValueError) as error:  # a damaged or foreign record
+            return {"id": run_id, "kind": "run", "name": folder.name, "state": f"unreadable: {error!r}",
+                    "running": False, "result": {}}
 
     def _run_row(self, run_id: str, run_dir: Path) -> dict[str, Any]:
         header = _header(run_dir)
         state = self.state(run_dir)
-        shown = _shown_state(run_dir, state)
         curves = self.curves(run_dir)
         result = run_folder.read_json(run_dir / RESULT) or {}
         started = _mtime(run_dir / PLAN_TEXT)
@@ -170,27 +212,34 @@ class Reader:
         steps = [points[-1][0] for points in curves.series.values() if points]
         return {"id": run_id, "kind": "run", "name": run_dir.name, "profile": header.profile,
                 "strategy": header.strategy, "backend": header.backend, "job_id": state.get("job_id"),
-                "state": shown, "exit_code": state.get("exit_code"), "detail": state.get("detail", ""),
-                "world": f"{header.nodes} x {header.procs_per_node}", "started": started, "ended": ended,
-                "last_step": max(steps, default=None),
+                "state": point_state(run_dir, state), "exit_code": state.get("exit_code"),
+                "detail": state.get("detail", ""), "world": f"{header.nodes} x {header.procs_per_node}",
+                "started": started, "ended": ended, "last_step": max(steps, default=None),
                 "result": _result(result, curves), "running": backends.is_active(state)}
+
+    def points(self, folder: Path) -> list[tuple[int, str, Path]]:
+        """A sweep's points whose run folders are inside it (a record naming a folder elsewhere is not
+        followed there)."""
+        inside = folder.resolve()
+        return [(index, values, run_dir) for index, values, run_dir in sweep.point_folders(folder)
+                if run_dir.resolve().is_relative_to(inside) and not _links_out(run_dir.resolve(), inside)]
 
     def _sweep_row(self, run_id: str, folder: Path) -> dict[str, Any]:
         recorded = sweep.read_record(folder)
-        points = sweep.point_folders(folder)
-        states = [_shown_state(run_dir, self.state(run_dir)) for _, _, run_dir in points]
+        points = self.points(folder)
+        states = [self.state(run_dir) for _, _, run_dir in points]
+        shown = [point_state(run_dir, state) for (_, _, run_dir), state in zip(points, states, strict=True)]
         first = _header(points[0][2]) if points else PlanHeader()
         arrays = [str(entry["array"]) for entry in recorded.get("submissions", []) if entry.get("array")]
-        started = _mtime(folder / sweep.RECORD)
-        counts = {name: states.count(name) for name in dict.fromkeys(states)}
-        running = any(name in backends.ACTIVE for name in states)
+        counts = {name: shown.count(name) for name in dict.fromkeys(shown)}
+        running = any(map(backends.is_active, states))
         ended = None if running or not points else max(_mtime(run_dir / STATE) for _, _, run_dir in points)
         return {"id": run_id, "kind": "sweep", "name": folder.name, "profile": first.profile,
                 "strategy": first.strategy, "backend": recorded.get("backend", first.backend),
                 "job_id": ", ".join(arrays) or None,
                 "state": ", ".join(f"{count} {name}" for name, count in counts.items()) or "empty",
-                "world": f"{first.nodes} x {first.procs_per_node}", "started": started, "ended": ended, "points": len(points),
-                "running": running, "last_step": None, "result": {}}
+                "world": f"{first.nodes} x {first.procs_per_node}", "started": _mtime(folder / sweep.RECORD),
+                "ended": ended, "points": len(points), "running": running, "last_step": None, "result": {}}
 
     def run_page(self, run_id: str, run_dir: Path) -> dict[str, Any]:
         """A run's page: its line of the list, its ranks, progress, curves, merged log tail, failure or hang
@@ -199,7 +248,6 @@ class Reader:
         state = self.state(run_dir)
         header = _header(run_dir)
         curves = self.curves(run_dir)
-        plan_text = _read_text(run_dir / PLAN_TEXT)
         from launch.diagnostics.check import table_of_run
 
         check = table_of_run(run_dir, nodes=header.nodes, per_node=header.procs_per_node, device=header.device)
@@ -207,22 +255,23 @@ class Reader:
                 "curves": {tag: list(points) for tag, points in curves.series.items()},
                 "log_tail": self.log_tail(run_dir, running=row["running"]),
                 "report": follow_up.outcome_lines(run_dir, state), "check": check,
-                "snapshot": header.snapshot, "plan": plan_text, "run_dir": str(run_dir)}
+                "snapshot": header.snapshot, "plan": _read_text(run_dir / PLAN_TEXT), "run_dir": str(run_dir)}
 
     def sweep_page(self, run_id: str, folder: Path) -> dict[str, Any]:
-        """A sweep's page: one row per point (its values, state, result, curves), and its line of the list."""
+        """A sweep's page: one row per point (its values, state, result, curves), its line of the list, and
+        the points ``sweep retry --failed`` would run again."""
         rows = []
-        for index, values, run_dir in sweep.point_folders(folder):
+        for index, values, run_dir in self.points(folder):
             state = self.state(run_dir)
             curves = self.curves(run_dir)
             result = run_folder.read_json(run_dir / RESULT) or {}
             steps = [points[-1][0] for points in curves.series.values() if points]
-            rows.append({"point": index, "values": values, "state": _shown_state(run_dir, state),
+            rows.append({"point": index, "values": values, "state": point_state(run_dir, state),
                          "last_step": result.get("steps", max(steps, default=None)),
                          "result": _result(result, curves), "id": self.folders.id_of(run_dir),
                          "curves": {tag: list(points) for tag, points in curves.series.items()}})
         return {**self._sweep_row(run_id, folder), "points_table": rows, "run_dir": str(folder),
-                "failed": [row["point"] for row in rows if row["state"] in ("failed", "hung", "cancelled")]}
+                "failed": list(failed_points(folder, status=self.state))}
 
 
 def _header(run_dir: Path) -> PlanHeader:
@@ -241,12 +290,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return time.time()
-
-
-def _shown_state(run_dir: Path, state: backends.State) -> str:
-    """As ``status`` and a sweep's table say it: a run with its result is finished, whatever SLURM remembers."""
-    status = str(state.get("status", "?"))
-    return "finished" if not backends.is_active(state) and (run_dir / RESULT).is_file() else status
 
 
 def _result(result: dict[str, Any], curves: report.RunCurves) -> dict[str, Any]:

@@ -76,17 +76,16 @@ def test_every_page_needs_the_printed_token_and_answers_with_it(ui: Dashboard, r
             refused = ui.get(page, token=token)
             assert refused.status == 403 and b"token" in refused.body, (page, token, refused)
             assert b"done" not in refused.body and b"local-cpu" not in refused.body
-    opened = ui.get("/")  # the printed URL: the token goes into this port's cookie, and out of the address bar
-    assert opened.status == 303 and opened.headers["Location"] == "/"
-    cookie = opened.headers["Set-Cookie"]
-    assert cookie.startswith(f"launch-ui-{ui.base.rsplit(':', 1)[1]}={ui.token};") and "HttpOnly" in cookie \
-        and "SameSite=Strict" in cookie
-    page = ui.get("/", token=None, headers={"Cookie": cookie.split(";")[0]})
-    assert page.status == 200 and b"/static/app.js" in page.body
+    page = ui.get("/")  # the printed URL: the page, which sends the token with each of its own requests
+    assert page.status == 200 and f"/static/app.js?token={ui.token}".encode() in page.body
+    assert "Set-Cookie" not in page.headers, "no cookie: the browser would send it to every port of this host"
     assert "default-src 'self'" in page.headers["Content-Security-Policy"]
     script = ui.get("/static/app.js", token=None, headers={"Authorization": f"token {ui.token}"})
     assert script.status == 200 and b"EventSource" in script.body
+    assert wait_for(lambda: ui.threads() == 1, 20), "the server alone, no request open"
     assert ui.first_event("0:done")["state"] == "finished"
+    assert ui.threads() == 2, "the stream's own thread, until it finds that its page went away"
+    assert wait_for(lambda: ui.threads() == 1, 20), "a page that went away costs nothing: its stream ended"
 
 
 def test_nothing_outside_the_given_folders_is_served(ui: Dashboard, runs: Path, tmp_path: Path) -> None:
@@ -183,6 +182,9 @@ def test_actions_need_the_token_and_this_page_and_retry_runs_the_failed_point(ui
     assert len(json.loads(record.read_text())["submissions"]) == submissions + 1
     nothing = json.loads(ui.post({"action": "cancel", "id": "0:done"}).body)
     assert not nothing["ok"] and "not running, nothing to cancel" in nothing["output"], "the CLI's own answer"
+    sweep = json.loads(ui.post({"action": "cancel", "id": "0:sweep"}).body)
+    assert sweep["command"] == f"python -m launch cancel {runs / 'sweep'}"
+    assert "no point of this sweep is running, nothing to cancel" in sweep["output"]
 
 
 def _submit_detached(run_dir: Path, steps: int, seconds: float) -> None:

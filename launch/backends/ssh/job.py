@@ -13,7 +13,7 @@ from launch.backends import remote_shell
 from launch.backends.ssh import commands as ssh
 from launch.core import site_shell
 from launch.core.commands import NodeCommand, PlanFile
-from launch.core.layout import CHECK, LOGS, METRICS, RESULT, STACKS
+from launch.core.layout import CHECK, LOGS, METRICS, RESULT, STACKS, TENSORBOARD
 from launch.core.plan import (
     LaunchPlan,
     PlanInputs,
@@ -130,10 +130,12 @@ def build(inputs: PlanInputs) -> LaunchPlan:
                 setup=site_shell.setup_block(profile, host_run_dir), folders=mounted,
                 env=shown_env if mounted else ()))))
     fetched = (LOGS, *((CHECK,) if inputs.checking else (STACKS,)))
-    collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in fetched], inputs.run_dir,
-                                 recurse=True) for host in hosts)
-    after = () if inputs.checking else (
-        ssh.scp_argv(section, hosts[0], [f"{host_folder}/{name}" for name in (RESULT, METRICS)], inputs.run_dir),)
+    on_head = () if inputs.checking else (METRICS, TENSORBOARD)  # the main process writes them as it goes
+    collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in
+                                                 (*fetched, *(on_head if node == 0 else ()))],
+                                 inputs.run_dir, recurse=True) for node, host in enumerate(hosts))
+    after = () if inputs.checking else (ssh.scp_argv(section, hosts[0], [
+        f"{host_folder}/{name}" for name in (RESULT, METRICS, TENSORBOARD)], inputs.run_dir, recurse=True),)
     spec = PlanFile(path=str(PurePath(inputs.run_dir, SSH_JOB_SPEC)),
                     text=spec_text(nodes, secret_names, collect=collect, after=after))
     fan_out = NodeCommand(node_rank=0, argv=(inputs.here_python, "-m", FAN_OUT, spec.path), cwd=inputs.workdir,

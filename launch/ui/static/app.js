@@ -2,6 +2,8 @@
 // is shown (and stops when it is hidden); every text from a run is set as text, never as markup.
 "use strict";
 
+// The token every request needs: the page's own (index.html), sent with each request; never a cookie.
+const token = decodeURIComponent(document.querySelector('meta[name="launch-token"]').content);
 const main = document.getElementById("main");
 const live = document.getElementById("live");
 const where = document.getElementById("where");
@@ -101,33 +103,35 @@ function chartsOf(curves) {
 }
 
 // The confirmation before an action: what it does, and the command it runs.
-function confirmThen(text, command, act) {
+function confirmThen(text, command, then) {
   const dialog = document.getElementById("confirm");
   document.getElementById("confirm-text").textContent = text;
   document.getElementById("confirm-command").textContent = command;
   dialog.returnValue = "";
-  dialog.onclose = () => { if (dialog.returnValue === "yes") act(); };
+  dialog.onclose = () => { if (dialog.returnValue === "yes") then(); };
   dialog.showModal();
 }
 
-async function act(action, id, folder) {
-  const command = action === "cancel" ? `python -m launch cancel ${folder}` : `python -m launch sweep retry ${folder} --failed --detach`;
+function act(action, data) {
+  const command = data.commands[action];
   const what = action === "cancel" ? "Stop every process of this job (as `launch cancel` does)?" : "Submit this sweep's failed points again?";
   confirmThen(what, command, async () => {
     const say = (text) => { actionSaid = text; document.getElementById("action-result").textContent = text; };
+    document.querySelectorAll(".actions button").forEach((b) => { b.disabled = true; });
     say(`running: ${command}`);
-    const response = await fetch("/api/action", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ action, id }) });
+    const response = await fetch("/api/action", { method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `token ${token}` }, body: JSON.stringify({ action, id: data.id }) });
     const said = response.headers.get("Content-Type")?.startsWith("application/json") ? await response.json() : { output: await response.text(), ok: false };
-    say(`${said.command || command}: ${said.ok ? "done" : "failed"}${said.exit_status !== undefined ? ` (exit status ${said.exit_status})` : ""}\n${said.output || ""}`);
+    const how = said.running ? "still running" : said.ok ? "done" : "failed";
+    say(`${said.command || command}: ${how}${said.exit_status !== undefined ? ` (exit status ${said.exit_status})` : ""}\n${said.output || ""}`);
   });
 }
 
 function actionBar(data) {
   const bar = el("span", { class: "actions" });
-  if (data.running) bar.append(el("button", { class: "danger", id: "cancel", text: data.kind === "sweep" ? "Cancel sweep" : "Cancel", onclick: () => act("cancel", data.id, data.run_dir) }));
-  if (data.kind === "sweep" && data.failed && data.failed.length && !data.running)
-    bar.append(el("button", { id: "retry", text: `Retry failed (${data.failed.join(", ")})`, onclick: () => act("retry", data.id, data.run_dir) }));
+  if (data.running && data.commands.cancel) bar.append(el("button", { class: "danger", id: "cancel", text: data.kind === "sweep" ? "Cancel sweep" : "Cancel", onclick: () => act("cancel", data) }));
+  if (data.failed && data.failed.length && data.commands.retry)
+    bar.append(el("button", { id: "retry", text: `Retry failed (${data.failed.join(", ")})`, onclick: () => act("retry", data) }));
   return bar;
 }
 
@@ -214,7 +218,7 @@ function render(data) {
 function listen() {
   if (source) source.close();
   const query = view.kind === "list" ? "" : `?id=${encodeURIComponent(view.id)}`;
-  source = new EventSource(`/api/events${query}`);
+  source = new EventSource(`/api/events${query}${query ? "&" : "?"}token=${encodeURIComponent(token)}`);
   source.onmessage = (event) => { live.textContent = `live · ${new Date().toLocaleTimeString()}`; render(JSON.parse(event.data)); };
   source.onerror = () => { live.textContent = "reconnecting…"; };
 }
