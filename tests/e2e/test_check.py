@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
+from launch.ui.run_views import Folders, Reader
 from tests.check_table import digest, rows
 from tests.helpers import ROOT, run_cli
 
@@ -27,6 +28,9 @@ def test_check_passes_on_this_machine_and_reports_what_every_rank_runs(tmp_path:
     assert done.stdout.strip().splitlines()[-1].startswith("check passed in ")
     checks = list((tmp_path / "runs").iterdir())
     assert len(checks) == 1 and checks[0].name.startswith("local-cpu-check-"), "its own run folder under runs/"
+    shown = Reader(Folders((tmp_path / "runs",))).run_page(f"0:{checks[0].name}", checks[0])["check"]
+    assert rows(shown) == rows(done.stdout), "launch ui's page shows the table check printed"
+    assert shown.splitlines()[-1].startswith("check passed: 1 node(s) reach the head")
 
 
 def test_submit_with_check_checks_then_runs_the_job(tmp_path: Path) -> None:

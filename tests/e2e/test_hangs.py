@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.ui.run_views import Folders, Reader
 from tests.helpers import ROOT, USER_CODE, processes_mentioning, run_cli, wait_for
 
 HANG = str(USER_CODE / "hang.py")
@@ -94,6 +95,9 @@ def test_stacks_name_the_sleeping_rank_and_the_watchdog_ends_the_job_as_hung(tmp
     records = [json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text()) for rank in range(3)]
     assert [record["status"] for record in records] == ["hung"] * 3
     assert (run_dir / "logs" / "rank-1.log").read_text().count("step 1 done") == 1, "not restarted"
+    page = Reader(Folders((tmp_path,))).run_page("0:run", run_dir)  # launch ui's page: the report, rank 1 first
+    assert page["state"] == "hung" and page["report"] == status.splitlines()[1:]
+    assert [rank["state"] for rank in page["ranks"]] == ["hung"] * 3
 
 
 def test_stacks_reach_the_dataloader_worker_that_waits_on_a_lock(tmp_path: Path) -> None:
