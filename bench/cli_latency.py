@@ -41,15 +41,17 @@ def commands() -> dict[str, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--warm-up", type=int, default=1, metavar="N",
+                        help="rounds run first, only to warm the caches (default 1)")
     options = parser.parse_args()
     timed = commands()
     seconds: dict[str, list[float]] = {label: [] for label in timed}
-    for _ in range(options.rounds + 1):  # the first round only warms the caches
+    for _ in range(options.warm_up + options.rounds):
         for label, argv in timed.items():
             started = time.perf_counter()
             subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             seconds[label].append(time.perf_counter() - started)
-    medians = {label: median(values[1:]) for label, values in seconds.items()}
+    medians = {label: median(values[options.warm_up:]) for label, values in seconds.items()}
     torch_import = medians['python -c "import torch"']
     rows = [(label, f"{value:.3f}", f"{value / torch_import:.2f}x") for label, value in medians.items()]
     print(table(("command", "median s", "vs import torch"), rows))

@@ -16,9 +16,9 @@ import pytest
 
 from tests.helpers import ROOT, free_port, processes_mentioning, run_cli, wait_for
 
-# 62 steps make an epoch at world size 2 and batch 64: 90 steps cross an epoch boundary.
+# 63 steps make an epoch at world size 2 and batch 64: 70 steps cross an epoch boundary.
 # Written in the background (what auto chooses on an accelerator or with a spare core); one test writes in sync.
-TRAIN = ["--max-steps", "90", "--checkpoint-every", "10", "--seed", "3", "--log-every", "10",
+TRAIN = ["--max-steps", "70", "--checkpoint-every", "10", "--seed", "3", "--log-every", "10",
          "--checkpoint-writes", "background"]
 
 
@@ -68,8 +68,8 @@ def test_a_killed_run_resubmitted_ends_with_the_same_steps_and_parameters(uninte
     assert again.returncode == 0, again.stderr[-2000:]
     resumed_from = _result(run_dir)["resumed_from_step"]
     assert re.search(rf"continuing the run in .* from its checkpoint at step {resumed_from}", again.stdout)
-    assert 20 <= resumed_from < 90, "it continued from a checkpoint, not from the start"
-    assert _result(run_dir)["steps"] == uninterrupted["steps"] == 90
+    assert 20 <= resumed_from < 70, "it continued from a checkpoint, not from the start"
+    assert _result(run_dir)["steps"] == uninterrupted["steps"] == 70
     assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"], \
         "a deterministic run resumed from a checkpoint must end with exactly the same parameters"
     evals = [json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -98,7 +98,7 @@ def test_resuming_from_an_epoch_end_or_from_the_last_step_trains_no_step_twice(u
     training waits: it ends as the uninterrupted run, whose checkpoints were written in the background."""
     run_dir = tmp_path / "run"
     launch = ["submit", "--profile", "local-cpu", "--strategy", "ddp", "--run-dir", str(run_dir)]
-    train = ["--", "--max-steps", "90", "--checkpoint-every", "63", "--seed", "3", "--log-every", "10",
+    train = ["--", "--max-steps", "70", "--checkpoint-every", "63", "--seed", "3", "--log-every", "10",
              "--checkpoint-writes", "sync"]
     command = [*launch, *train]
     assert run_cli(*launch, "--detach", *train).returncode == 0
@@ -107,12 +107,12 @@ def test_resuming_from_an_epoch_end_or_from_the_last_step_trains_no_step_twice(u
     assert run_cli(*command).returncode == 0
     assert _result(run_dir)["resumed_from_step"] == 63
     assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"]
-    assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"] == 90
+    assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"] == 70
 
     (run_dir / "result.json").unlink()  # as if the job died during its final evaluation
     again = run_cli(*command)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert (_result(run_dir)["steps"], _result(run_dir)["resumed_from_step"]) == (90, 90)
+    assert (_result(run_dir)["steps"], _result(run_dir)["resumed_from_step"]) == (70, 70)
     assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"], "no step trained past the end"
 
 
@@ -125,7 +125,7 @@ def test_max_restarts_restarts_a_killed_worker_from_the_last_checkpoint(uninterr
     stdout, stderr = job.communicate(timeout=300)
     assert job.returncode == 0, stderr[-2000:]
     assert re.search(r"resumed from the checkpoint at step \d+", stdout)
-    assert _result(run_dir)["steps"] == 90
+    assert _result(run_dir)["steps"] == 70
     assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"]
 
 

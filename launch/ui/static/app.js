@@ -158,6 +158,11 @@ function renderRun(d) {
   const ranks = table(["rank", "host", "pid", "state", "exit", "peak memory", "error"], (d.ranks || []).map((r) => [
     String(r.rank), r.host, String(r.pid ?? "-"), stateBadge(r.state), r.signal ? r.signal : r.exit_code ?? "-",
     r.max_rss_mb ? `${Math.round(r.max_rss_mb)} MiB` : "-", r.error || ""]));
+  const byHost = {};
+  for (const r of d.ranks || []) (byHost[r.host] ||= []).push(r);
+  const nodes = table(["node", "host", "ranks", "states", "peak memory"], Object.entries(byHost).map(([host, rs], node) => [
+    String(node), host, rs.map((r) => r.rank).join(", "), [...new Set(rs.map((r) => r.state))].join(", "),
+    `${Math.round(rs.reduce((sum, r) => sum + (r.max_rss_mb || 0), 0))} MiB`]));
   const sections = [
     el("h1", {}, el("span", { text: d.name }), stateBadge(d.state, "state"), d.exit_code !== null && d.exit_code !== undefined ? el("span", { class: "muted", text: `exit status ${d.exit_code}` }) : null, actionBar(d)),
     el("pre", { id: "action-result", class: "muted", text: actionSaid }),
@@ -165,7 +170,7 @@ function renderRun(d) {
   ];
   if (d.report && d.report.length) sections.push(el("section", {}, el("h2", { text: "What happened" }), el("pre", { class: "report", id: "report", text: d.report.join("\n") })));
   sections.push(el("section", {}, el("h2", { text: "Curves" }), chartsOf(d.curves || {})));
-  sections.push(el("section", {}, el("h2", { text: "Ranks" }), ranks));
+  sections.push(el("section", {}, el("h2", { text: "Nodes" }), nodes, el("h2", { text: "Ranks" }), ranks));
   const log = el("pre", { id: "log", text: (d.log_tail || []).join("\n") || "(no log yet)" });
   sections.push(el("section", {}, el("h2", { text: "Logs (every rank, merged in time order)" }), log));
   if (d.check) sections.push(el("section", {}, el("h2", { text: "check" }), el("pre", { text: d.check })));
