@@ -150,7 +150,7 @@ def main() -> None:
             for name, values in medians.items()]
     print(table(("server", "RSS MiB", "vs TensorBoard", "CPU, no page", f"CPU, {args.pages} pages",
                  "CPU with pages vs TensorBoard"), rows))
-    write_json("ui_cost", {"rounds": args.rounds, "window_s": args.window, "pages": args.pages,
+    write_json(__file__, {"rounds": args.rounds, "window_s": args.window, "pages": args.pages,
                            "medians": medians, "figures": figures})
 
 
