@@ -115,10 +115,8 @@ def _runs_under(root: Path, *, depth: int) -> list[Path]:
 
 
 def _modified(folder: Path) -> float:
-    try:
-        return (folder / (sweep.RECORD if sweep.is_sweep(folder) else PLAN_TEXT)).stat().st_mtime
-    except OSError:
-        return 0.0
+    """When a run or sweep was made: its plan's (or sweep record's) time; unknown ones last."""
+    return _mtime(folder / (sweep.RECORD if sweep.is_sweep(folder) else PLAN_TEXT), missing=0.0)
 
 
 @dataclass
@@ -285,11 +283,12 @@ def _read_text(path: Path) -> str:
         return ""
 
 
-def _mtime(path: Path) -> float:
+def _mtime(path: Path, *, missing: float | None = None) -> float:
+    """A file's modification time; ``missing`` (default: now) where it is not there."""
     try:
         return path.stat().st_mtime
     except OSError:
-        return time.time()
+        return time.time() if missing is None else missing
 
 
 def _result(result: dict[str, Any], curves: report.RunCurves) -> dict[str, Any]:
