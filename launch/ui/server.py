@@ -130,10 +130,10 @@ class UiApp:
         """The page's data as server-sent events: sent again whenever it changes, read every few seconds while
         the page listens (a comment every ``KEEP_ALIVE_S`` finds out that it stopped listening)."""
         run_id = request.args.get("id", "")
-        what = "list" if not run_id else "sweep" if (found := self.folders.find(run_id)) and sweep.is_sweep(found) \
-            else "run"
-        if what != "list" and self._data(what, run_id) is None:
+        found = self.folders.find(run_id) if run_id else None
+        if run_id and found is None:
             return _text(404, "no such run under the folders this server shows")
+        what = "list" if found is None else "sweep" if sweep.is_sweep(found) else "run"
 
         def stream() -> Iterator[bytes]:
             last, quiet = "", 0.0
