@@ -10,7 +10,7 @@ from pathlib import Path
 
 from launch.backends import State
 from launch.backends.slurm.state import JobState, job_state
-from launch.core.layout import REQUEUED
+from launch.core.layout import REQUEUED, REQUEUES
 from launch.errors import SubmitError
 from launch.runs import run_folder
 
@@ -29,27 +29,46 @@ def waiting_for(reason: str) -> str:
     return f"{reason}: {WAITING_FOR[reason]}" if reason in WAITING_FOR else reason
 
 
-def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str:
+UNKNOWN_CAUSE = "requeued by hand (scontrol requeue) or by SLURM"
+CAUSE_WAIT_S = 15.0  # how long `submit` looks for a requeue's cause before it says it does not know one
+
+
+def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str | None:
     """Why SLURM requeued the job: a preemption, what the job said when it requeued itself, or a node that
-    failed (of ``nodes``, where it ran; of its partition when that is not known any more)."""
+    failed (of ``nodes``, where it ran; of its partition when that is not known any more). A cause found is
+    kept in the run folder (a failed node may be back by the next look). None while nothing says why, or
+    SLURM did not answer: ask again, or say ``UNKNOWN_CAUSE``."""
     if state.preempted:
         return "preempted by a job of higher priority"
+    found = run_folder.read_json(run_dir / REQUEUES) or {}
+    if str(state.restarts) in found:
+        return str(found[str(state.restarts)])
     said = run_folder.read_json(run_dir / REQUEUED) or {}
+    cause: str | None = None
     if said.get("restart") == state.restarts and "cause" in said:
-        return str(said["cause"])
-    known = nodes and nodes != "(null)"
-    down = _failed_nodes(["-n", nodes] if known else ["-p", state.partition] if state.partition else [])
-    if down:
-        return "; ".join(f"node {name} failed ({why})" for name, why in down)
-    return "requeued by hand (scontrol requeue) or by SLURM"
+        cause = str(said["cause"])
+    else:
+        known = nodes and nodes != "(null)"
+        down = _failed_nodes(["-n", nodes] if known else ["-p", state.partition] if state.partition else [])
+        if down:
+            cause = "; ".join(f"node {name} failed ({why})" for name, why in down)
+    if cause is not None and state.restarts:
+        run_folder.write_json_atomic(run_dir / REQUEUES, {**found, str(state.restarts): cause})
+    return cause
 
 
-def _failed_nodes(which: list[str]) -> list[tuple[str, str]]:
-    """Nodes (sinfo's ``which``: -n NODES or -p PARTITION) that are down, failing or not responding."""
+def _failed_nodes(which: list[str]) -> list[tuple[str, str]] | None:
+    """Nodes (sinfo's ``which``: -n NODES or -p PARTITION) that are down, failing or not responding; None when
+    sinfo did not answer (a controller busy with a failing node can time out)."""
     if not which:
         return []
-    done = subprocess.run(["sinfo", "-h", "-N", *which, "-o", "%N|%T|%E"], capture_output=True, text=True,
-                          timeout=60)
+    try:
+        done = subprocess.run(["sinfo", "-h", "-N", *which, "-o", "%N|%T|%E"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
     found: list[tuple[str, str]] = []
     for line in done.stdout.splitlines():
         name, _, rest = line.partition("|")
@@ -66,16 +85,21 @@ def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
     position, waiting = 0, WaitingLine(live=sys.stdout.isatty())
     last: tuple[str, str] = ("", "")
     restarts, ran_on = 0, ""
+    requeue_seen: float | None = None  # when this restart was first seen, its cause not yet found
     while True:
         current = job_state(job_id)
         if current.state != "PENDING":
             waiting.clear()
         position = run_folder.copy_new_output(log, position)  # after the state: a job seen finished has written its log
         if current.restarts > restarts:
+            requeue_seen = requeue_seen or time.monotonic()
+            cause = requeue_cause(current, ran_on, run_dir)
+            if cause is None and time.monotonic() - requeue_seen < CAUSE_WAIT_S and not current.finished:
+                time.sleep(POLL_S)  # SLURM did not say why yet (or did not answer): the requeue's line comes first
+                continue
             waiting.clear()
-            print(f"job {job_id}: requeued ({requeue_cause(current, ran_on, run_dir)}; restart {current.restarts})",
-                  flush=True)
-            restarts, last = current.restarts, ("", "")
+            print(f"job {job_id}: requeued ({cause or UNKNOWN_CAUSE}; restart {current.restarts})", flush=True)
+            restarts, last, requeue_seen = current.restarts, ("", ""), None
         if current.state == "RUNNING":
             ran_on = current.nodes
         shown = f"{current.state} on {current.nodes}" if current.state == "RUNNING" else current.state
@@ -170,7 +194,8 @@ def current_status(run_dir: Path, state: State) -> State:
         else current.state.lower()
     detail = []
     if current.restarts:
-        detail.append(f"requeued {current.restarts} time(s), last: {requeue_cause(current, current.nodes, run_dir)}")
+        cause = requeue_cause(current, current.nodes, run_dir) or UNKNOWN_CAUSE
+        detail.append(f"requeued {current.restarts} time(s), last: {cause}")
     if current.state == "PENDING" and current.reason not in ("", "None"):
         detail.append(f"waiting: {waiting_for(current.reason)}")
     return {**state, "status": shown, "nodes": current.nodes, "detail": "; ".join(detail)}
