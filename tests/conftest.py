@@ -14,10 +14,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,59 +28,127 @@ import pytest
 pytest.register_assert_rewrite("tests.helpers", "tests.user_code_runs", "tests.check_table", "tests.terminal",
                                "tests.projects", "tests.tpu_plans", "tests.browser", "tests.dashboard")
 
-from tests import testcluster
-from tests.scheduling import LANE_GROUPS, LanesFirst
+from tests import parts, testcluster
+from tests.scheduling import GROUPS_KEY, FilesAndLanes, GroupGuard, group_of, write_groups
 
 KINDS = ("unit", "e2e", "cluster")
 TESTS = Path(__file__).resolve().parent
+GROUPS = pytest.StashKey[Path]()  # the folder where the workers write their collections' groups
+GUARD = pytest.StashKey[GroupGuard]()
+SPLIT = pytest.StashKey[dict[str, set[str]]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the run's controlling process: its workers inherit the id
         os.environ[testcluster.RUN_ID_VARIABLE] = uuid.uuid4().hex
+        config.stash[GROUPS] = Path(tempfile.mkdtemp(prefix="launch-test-groups-"))
+        if config.getoption("dist", None) == "loadfile" and config.getoption("numprocesses", None):
+            config.stash[GUARD] = GroupGuard(config.stash[GROUPS])
 
 
-def _xdist_group(item: pytest.Item, folder: str) -> str:
-    """Every cluster test of a lane in one group (one worker, in order); every other file its own group, so that
-    a module's fixtures are made once."""
-    if folder != "cluster":
-        return item.nodeid.split("::")[0]
-    fixtures = set(getattr(item, "fixturenames", ()))
-    return next((group for fixture, group in LANE_GROUPS.items() if fixture in fixtures), item.nodeid)
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # noqa: ANN401 - xdist's WorkerController
+    """Each worker is told where to write its collection's groups (tests/scheduling.py)."""
+    node.workerinput[GROUPS_KEY] = str(node.config.stash[GROUPS])
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test gets the marker of its folder and a group for ``--dist loadgroup`` (pyproject's addopts). The
-    cluster tests that take both lanes on n1 and n2 come last, when the other lane's tests are done."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test gets the marker of its folder, ``needs(...)`` for the parts it needs (tests/parts.py), and its
+    group (tests/scheduling.py). The cluster tests that take both lanes on n1 and n2 come last, when the other
+    lane's tests are done."""
+    groups = {}
     for item in items:
         where = Path(str(item.path)).resolve().parent
         folder = where.name
         if where.parent != TESTS or folder not in KINDS:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/e2e or tests/cluster")
         item.add_marker(getattr(pytest.mark, folder))
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(item, folder)))
+        needed = _needs(item)
+        if folder == "cluster" and not {"slurm", "sshd"} & set(needed):
+            raise pytest.UsageError(f"{item.nodeid}: a cluster test needs the cluster: take its fixture "
+                                    "(slurm_cluster, second_pair, ssh_hosts) or mark it @pytest.mark.needs(\"slurm\")")
+        if needed:
+            item.add_marker(pytest.mark.needs(*needed))
+        groups[item.nodeid] = group_of(item, folder)
     items.sort(key=lambda item: item.get_closest_marker("whole_pair") is not None)
+    folder = getattr(config, "workerinput", {}).get(GROUPS_KEY)
+    if folder:
+        write_groups(Path(folder), config.workerinput["workerid"], groups)
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadgroup`` (pyproject's addopts) with the cluster's SLURM lanes handed out first; any other
-    ``--dist`` as pytest-xdist does it."""
-    if config.getoption("dist") != "loadgroup":
+def _needs(item: pytest.Item) -> tuple[str, ...]:
+    """The parts ``item`` needs: those its marks name and those of the fixtures it takes, in order, once each."""
+    named = [name for mark in item.iter_markers("needs") for name in mark.args]
+    unknown = parts.unknown(tuple(named))
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: needs {', '.join(unknown)}: no such part; the parts: "
+                                f"{', '.join(parts.PARTS)}")
+    fixtures = getattr(item, "fixturenames", ())
+    taken = [name for fixture in fixtures for name in parts.FIXTURE_NEEDS.get(fixture, ())]
+    return tuple(dict.fromkeys([*named, *taken]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that needs a missing part skips (in CI: fails) before any of its fixtures is made."""
+    needed = tuple(dict.fromkeys(name for mark in item.iter_markers("needs") for name in mark.args))
+    message = parts.missing_here(needed)
+    if message:
+        if os.environ.get("CI"):
+            pytest.fail(f"required in CI: {message}", pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> object | None:  # noqa: ANN401 - xdist's
+    """``--dist loadfile`` (pyproject's addopts) as tests/scheduling.py groups it; any other ``--dist`` as
+    pytest-xdist does it."""
+    if config.getoption("dist") != "loadfile":
         return None
-    return LanesFirst(config, log)
+    return FilesAndLanes(config, log, groups=config.stash[GROUPS])
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    worker = getattr(report, "node", None)  # set by pytest-xdist's controller on a worker's report
+    if worker is not None and hasattr(worker, "workerinput"):
+        report_guard = worker.config.stash.get(GUARD, None)
+        if report_guard is not None:
+            report_guard.ran(report.nodeid, worker.workerinput["workerid"])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Where the suite's grouping was asked for (``--dist loadfile`` on workers), a group whose tests ran on more
+    than one worker fails the run: its fixtures were made twice, or two tests of a lane may have overlapped."""
+    config = session.config
+    guard = config.stash.get(GUARD, None)
+    if guard is None or hasattr(config, "workerinput"):
+        return
+    split = guard.split_groups()
+    if split:
+        config.stash[SPLIT] = split
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(trylast=True)  # after the durations: the last word before the closing line
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:  # noqa: ANN401
+    split = config.stash.get(SPLIT, {})
+    if split:
+        terminalreporter.section("groups split over workers", red=True, bold=True)
+        for group, workers in sorted(split.items()):
+            terminalreporter.write_line(f"{group}: ran on {', '.join(sorted(workers))} (one worker expected)",
+                                        red=True)
+        terminalreporter.write_line("the run fails: the suite's grouping did not hold (tests/scheduling.py)",
+                                    red=True, bold=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput") and testcluster.sweep():
+    if hasattr(config, "workerinput"):
+        return
+    shutil.rmtree(config.stash[GROUPS], ignore_errors=True)
+    if testcluster.sweep():
         print("\nstopped the SLURM test cluster a worker of this run left behind")
-
-
-def _unavailable(reason: str) -> None:
-    """Outside CI a machine without root or SLURM skips the cluster tests; in CI that is a failure."""
-    if os.environ.get("CI"):
-        pytest.fail(f"SLURM test cluster required in CI: {reason}")
-    pytest.skip(f"SLURM test cluster unavailable: {reason}")
 
 
 @pytest.fixture(scope="session")
@@ -89,11 +160,11 @@ def _cluster_lease() -> Iterator[testcluster.Lease]:
 
 
 def _take(lease: testcluster.Lease, *, ssh: bool) -> None:
+    """Hold a share of the cluster (its programs are there: the fixture's parts were checked before it)."""
     try:
-        testcluster.check_prerequisites(ssh=ssh)
         lease.take(ssh=ssh)
     except testcluster.ClusterUnavailable as unavailable:
-        _unavailable(str(unavailable))
+        pytest.fail(f"SLURM test cluster: {unavailable}")
 
 
 def _lanes(request: pytest.FixtureRequest, lane: str) -> tuple[str, ...]:
@@ -143,6 +214,16 @@ def ssh_hosts(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease)
     with testcluster.Turn(*lanes):
         _ready(lanes)
         yield testcluster.SshHosts(state=testcluster.STATE)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """Headless Chromium with one page (tests/browser.py's Browser), closed after the test."""
+    from tests.browser import Browser
+
+    opened = Browser(tmp_path / "chromium")
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import site
 import socket
 import struct
 import subprocess
@@ -31,6 +32,23 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300,
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # from any folder
     return subprocess.run([sys.executable, "-m", "launch", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": path, **(env or {})})
+
+
+def make_venv(folder: Path) -> Path:
+    """A new virtual environment at ``folder`` that sees this environment's packages (torch and launch among
+    them), whether the tests run in the system's Python or in a venv; its python's path. (``--system-site-packages``
+    alone would show the base interpreter's packages, which a venv's tests do not run with.)"""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(folder)], check=True,
+                   timeout=120)
+    python = folder / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    running = [path for path in site.getsitepackages() if Path(path).is_dir()]
+    # A .pth line that starts with "import" runs: addsitedir also reads those folders' own .pth files (an
+    # editable install's finder).
+    Path(own, "running_environment.pth").write_text(
+        "".join(f"import site; site.addsitedir({path!r})\n" for path in running))
+    return python
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float) -> bool:

@@ -40,7 +40,7 @@ SUBNET = "10.231.77"  # cluster.sh's: node nK is SUBNET.(10 + K)
 
 
 class ClusterUnavailable(RuntimeError):
-    """The cluster cannot be had on this machine (no root, SLURM not installed, it did not start)."""
+    """The cluster did not start, or is not ready (its programs are there: tests/parts.py checks them first)."""
 
 
 def _locked(name: str, mode: int) -> int:
@@ -83,18 +83,6 @@ def _daemons_up(*, ssh: bool) -> bool:
 
 def _run_id() -> str:
     return os.environ.get(RUN_ID_VARIABLE, f"pid-{os.getpid()}")
-
-
-def check_prerequisites(*, ssh: bool = False) -> None:
-    import shutil
-
-    if os.geteuid() != 0:
-        raise ClusterUnavailable("needs root (network namespaces, daemons)")
-    if not (shutil.which("slurmctld") and shutil.which("munged") and shutil.which("nft")):
-        raise ClusterUnavailable("slurm-wlm, munge and nftables are not installed (tests/slurm/cluster.sh install)")
-    if ssh and not (Path("/usr/sbin/sshd").is_file() and shutil.which("ssh") and shutil.which("scp")):
-        raise ClusterUnavailable("openssh-server and openssh-client are not installed (tests/slurm/cluster.sh "
-                                 "install)")
 
 
 class Lease:
@@ -239,13 +227,32 @@ class NodePair:
             if not jobs() and set(states) == set(self.nodes) and all(state == "idle" for state in states.values()):
                 return
             for node, state in states.items():
-                if state.startswith(("down", "drain", "fail", "unk")) or state.endswith("*"):
-                    if not _alive(LOCKS / f"slurmd-{node}.pid"):
-                        _script("node-start", node, str(STATE), timeout=60)
-                    slurm("scontrol", "update", f"nodename={node}", "state=resume")
+                if _failing(state):
+                    _revive(node)
             time.sleep(0.5)
         raise ClusterUnavailable(f"{'/'.join(self.nodes)} not idle after {timeout_s:.0f} s: nodes {node_states()}, "
                                  f"jobs {slurm('squeue', '-h', '-o', '%i %P %T %R').strip() or 'none'}")
+
+    def bring_back(self, node: str, timeout_s: float = 60) -> None:
+        """A node a test killed, up again: its slurmd started (unless it runs) and the node resumed, until SLURM
+        lists it as up (its jobs may start on it again)."""
+        deadline = time.monotonic() + timeout_s
+        while _failing(node_states().get(node, "unknown")):
+            if time.monotonic() > deadline:
+                raise ClusterUnavailable(f"{node} not up after {timeout_s:.0f} s: nodes {node_states()}")
+            _revive(node)
+            time.sleep(0.5)
+
+
+def _failing(state: str) -> bool:
+    """Whether sinfo's state says the node is down, drained, failing, unknown or not responding."""
+    return state.startswith(("down", "drain", "fail", "unk")) or state.endswith("*")
+
+
+def _revive(node: str) -> None:
+    if not _alive(LOCKS / f"slurmd-{node}.pid"):
+        _script("node-start", node, str(STATE), timeout=60)
+    slurm("scontrol", "update", f"nodename={node}", "state=resume")
 
 
 PAIRS = {pair.lane: pair for pair in (NodePair("slurm", ("n1", "n2"), "debug", "high"),

@@ -26,7 +26,7 @@ MARK = "launch test image, built by tests/cluster/test_containers.py\n"
 
 
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def podman_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The image built here, and podman's settings for this site (passed to the job through its environment)."""
     folder = tmp_path_factory.mktemp("image")
     (folder / "release").write_text(MARK)
@@ -50,14 +50,14 @@ def _mounts(*extra: Path) -> str:
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
 def test_every_rank_runs_in_the_podman_image_with_the_same_wiring_folders_and_secrets(  # type: ignore[no-untyped-def]
-        second_pair, podman, tmp_path: Path, launcher: str) -> None:
+        second_pair, podman_image, tmp_path: Path, launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
     profile = second_pair.profile(tmp_path, extra=(
         f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  PYTHONPATH: {ROOT}\n"  # this checkout's launch
         f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE), "--run-dir",
                    str(run_dir), "--", str(out), *(["--no-torch"] if launcher == "submitit" else []),
-                   env={**second_pair.env, **podman, "SITE_TOKEN": "tok-4711"},
+                   env={**second_pair.env, **podman_image, "SITE_TOKEN": "tok-4711"},
                    cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
@@ -84,12 +84,12 @@ def test_a_pyxis_container_on_a_cluster_without_pyxis_is_refused_at_submit(secon
     assert not (tmp_path / "run").exists(), "nothing was queued, no run folder made"
 
 
-def test_ssh_hosts_run_the_guard_and_every_rank_in_the_podman_image(ssh_hosts, podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_ssh_hosts_run_the_guard_and_every_rank_in_the_podman_image(ssh_hosts, podman_image, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """On ssh hosts the whole node command runs in the image: launch's host guard too, which takes the secret
     from the connection through podman's standard input."""
     out = tmp_path / "out"
     profile = ssh_hosts.profile(tmp_path, python=None, extra=(
-        f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  CONTAINERS_CONF: {podman['CONTAINERS_CONF']}\n"
+        f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  CONTAINERS_CONF: {podman_image['CONTAINERS_CONF']}\n"
         f"  PYTHONPATH: {ROOT}\n"
         f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
     done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(tmp_path / "run"),

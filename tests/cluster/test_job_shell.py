@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.check_table import rows
-from tests.helpers import run_cli, wait_for
+from tests.helpers import make_venv, run_cli, wait_for
 from tests.user_code_runs import PROBE
 
 MODULE = "#%Module\nsetenv SITE_MODULE launchtest-1.0\n"
@@ -22,7 +20,7 @@ ONLY_ON_N3 = '#%Module\nif {[exec hostname] ne "n3"} { error "not installed on t
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def module_site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A module folder with launchtest/1.0, and a venv (seeing this Python's packages, launch and torch
     included) that is not the one the tests run in."""
     root = tmp_path_factory.mktemp("site")
@@ -30,8 +28,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "modulefiles" / "launchtest" / "1.0").write_text(MODULE)
     (root / "modulefiles" / "sitelocal").mkdir()
     (root / "modulefiles" / "sitelocal" / "1.0").write_text(ONLY_ON_N3)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")],
-                   check=True, timeout=120)
+    make_venv(root / "venv")
     return {"modulefiles": root / "modulefiles", "venv": root / "venv"}
 
 
@@ -39,17 +36,18 @@ def _lines(key: str, lines: list[str]) -> str:
     return f"{key}:\n" + "".join(f"  - {json.dumps(line)}\n" for line in lines)  # JSON strings are YAML
 
 
-def _profile(second_pair, folder: Path, site: dict[str, Path], node_setup: list[str]) -> Path:  # type: ignore[no-untyped-def]
+def _profile(second_pair, folder: Path, module_site: dict[str, Path], node_setup: list[str]) -> Path:  # type: ignore[no-untyped-def]
     return second_pair.profile(folder, extra=(
         "python: python\n"
         "modules: [launchtest/1.0]\n"
         "module_purge: true\n"
         "env:\n"
-        f"  MODULEPATH: {site['modulefiles']}\n"
+        f"  MODULEPATH: {module_site['modulefiles']}\n"
         "  LD_LIBRARY_PATH: /opt/efa/lib:${LD_LIBRARY_PATH}\n"
         "  SITE_TAG: job-${SLURM_JOB_ID}\n"
         "  SITE_LITERAL: $HOME $(touch pwned) `id`\n"
-        + _lines("setup", [f"source {site['venv']}/bin/activate", 'export SITE_FROM_SETUP="set up on $(hostname)"'])
+        + _lines("setup", [f"source {module_site['venv']}/bin/activate",
+                           'export SITE_FROM_SETUP="set up on $(hostname)"'])
         + _lines("node_setup", node_setup)
         + _lines("after", ['echo "after: $SITE_MODULE $SITE_FROM_SETUP" > "$LAUNCH_RUN_DIR/after.txt"'])))
 
@@ -59,11 +57,11 @@ def _job_id(run_dir: Path) -> str:
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, site, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                             launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
     nodes = tmp_path / "node-setup"
-    profile = _profile(second_pair, tmp_path, site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
+    profile = _profile(second_pair, tmp_path, module_site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
                    "--run-dir", str(run_dir), "--", str(out), "--no-torch",
                    env={**second_pair.env, "LD_LIBRARY_PATH": "/site/lib"}, cwd=tmp_path)
@@ -71,7 +69,7 @@ def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, site, t
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
     for rank in ranks:
-        assert Path(rank["prefix"]) == site["venv"], "python: python resolved to the venv setup activated"
+        assert Path(rank["prefix"]) == module_site["venv"], "python: python resolved to the venv setup activated"
         assert rank["site"]["SITE_MODULE"] == "launchtest-1.0", "the module was loaded"
         assert rank["site"]["SITE_FROM_SETUP"].startswith("set up on "), "setup's export reached the rank"
         assert (nodes / rank["host"]).read_text() == rank["host"] + "\n", "node_setup ran once on each node"
@@ -85,11 +83,11 @@ def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, site, t
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(second_pair, site, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(second_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                        launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
     bad = second_pair.nodes[1]
-    profile = _profile(second_pair, tmp_path, site, [f'echo "copying the data set to {bad}"',
+    profile = _profile(second_pair, tmp_path, module_site, [f'echo "copying the data set to {bad}"',
                                                      f'if [ "$(hostname)" = {bad} ]; then echo "disk full"; exit 4; fi'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
                    "--run-dir", str(run_dir), "--", str(out), "--no-torch", env=second_pair.env, cwd=tmp_path)
@@ -101,39 +99,39 @@ def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(second_pa
     assert (run_dir / "after.txt").is_file(), "after ran although the job failed"
 
 
-def test_after_runs_after_a_rank_fails(second_pair, site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_after_runs_after_a_rank_fails(second_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    profile = _profile(second_pair, tmp_path, site, ["true"])
+    profile = _profile(second_pair, tmp_path, module_site, ["true"])
     done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(run_dir), "--",
                    str(out), "--fail", "exit3", "--no-torch", env=second_pair.env, cwd=tmp_path)
     assert done.returncode != 0 and "rank 1 on" in done.stderr, done.stderr[-2000:]
     assert (run_dir / "after.txt").read_text().startswith("after: launchtest-1.0"), "after ran after the failure"
 
 
-def test_check_says_per_node_which_modules_load_and_which_python_ran(second_pair, site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_check_says_per_node_which_modules_load_and_which_python_ran(second_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """sitelocal/1.0 loads on n3 only: check names n4 and the module, and shows the venv's python on both."""
-    profile = _profile(second_pair, tmp_path, site, ["true"])
+    profile = _profile(second_pair, tmp_path, module_site, ["true"])
     profile.write_text(profile.read_text().replace("modules: [launchtest/1.0]", "modules: [launchtest/1.0, sitelocal/1.0]"))
     done = run_cli("check", "--profile", str(profile), "--script", str(PROBE), env=second_pair.env, cwd=tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     found = rows(done.stdout)
     assert found["n3"]["modules"] == "all 2 load" and found["n4"]["modules"] == "not: sitelocal/1.0", done.stdout
     for host in ("n3", "n4"):
-        assert found[host]["python"].endswith(f"{site['venv']}/bin/python"), found[host]
+        assert found[host]["python"].endswith(f"{module_site['venv']}/bin/python"), found[host]
     verdict = done.stderr.strip().splitlines()[-1]
     assert "n4: module sitelocal/1.0 does not load (Module ERROR: not installed on this node)" in verdict, verdict
     assert "n3: module" not in verdict
 
 
-def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A torchrun batch script as users write them, converted, and the printed command run as printed."""
     out = tmp_path / "out"
     script = tmp_path / "train.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --job-name=converted\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
         f"#SBATCH --partition={second_pair.partition}\n#SBATCH --time=10\n#SBATCH --output=slurm-%j.out\n"
-        f"export MODULEPATH={site['modulefiles']}\nmodule load launchtest/1.0\n"
-        f"source {site['venv']}/bin/activate\nexport SITE_FROM_SCRIPT=yes\n"
+        f"export MODULEPATH={module_site['modulefiles']}\nmodule load launchtest/1.0\n"
+        f"source {module_site['venv']}/bin/activate\nexport SITE_FROM_SCRIPT=yes\n"
         "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
         'srun bash -c "torchrun --nnodes 2 --nproc_per_node 2 --node_rank \\$SLURM_NODEID --master_addr $head '
         f'--master_port 29511 {PROBE} {out} --no-torch"\n')
@@ -151,11 +149,11 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, site,
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_after_runs_when_the_job_is_cancelled(second_pair, site, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
+def test_after_runs_when_the_job_is_cancelled(second_pair, module_site, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
     """`launch cancel` (scancel): the batch shell outlives SLURM's SIGTERM, the tasks end, after runs (within
     the cluster's KillWait)."""
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    profile = _profile(second_pair, tmp_path, site, ["true"])
+    profile = _profile(second_pair, tmp_path, module_site, ["true"])
     started = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
                       "--run-dir", str(run_dir), "--detach", "--", str(out), "--sleep", "120", "--no-torch",
                       env=second_pair.env, cwd=tmp_path)

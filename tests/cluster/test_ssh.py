@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launch.backends import remote_shell
-from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for
+from tests.helpers import ROOT, make_venv, processes_mentioning, run_cli, wait_for
 from tests.testcluster import SshHosts
 
 # Made now, so that not even this file (which the snapshot ships to the hosts) holds them.
@@ -189,8 +189,7 @@ def test_each_host_runs_setup_and_node_setup_and_the_head_runs_after(ssh_hosts: 
     """python: python resolves to a venv that setup activates on each host; node_setup on each host before its
     ranks; after once, on the head; ${HOME} expanded on the host."""
     venv, out, run_dir = tmp_path / "venv", tmp_path / "out", tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    make_venv(venv)
     lines = {"setup": [f"source {venv}/bin/activate", 'export SITE_FROM_SETUP="set up on $(hostname)"'],
              "node_setup": ["hostname > /srv/node-setup-ran"], "after": ['echo "after on $(hostname)" >> /srv/after.txt']}
     extra = "python: python\nenv:\n  SITE_HOME: home-${HOME}\n" + "".join(

@@ -35,6 +35,7 @@ def test_a_start_or_a_stop_from_outside_cannot_end_the_cluster_in_use(slurm_clus
         {"n1": "idle", "n2": "idle"}
 
 
+@pytest.mark.needs("slurm")  # its own run's tests take the cluster
 def test_cluster_tests_of_two_files_spread_over_two_workers_pass() -> None:
     """A run of its own, with tests of two files sent to both workers at once (``--dist load``, not the
     suite's grouping): the workers share one cluster and take turns on it."""

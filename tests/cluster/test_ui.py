@@ -13,7 +13,7 @@ from tests.helpers import USER_CODE, processes_mentioning, run_cli, wait_for
 from tests.testcluster import slurm
 
 
-def test_cancel_from_the_page_stops_a_job_on_the_cluster(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_from_the_page_stops_a_job_on_the_cluster(slurm_cluster, browser: Browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run_dir = tmp_path / "runs" / "long"
     started = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", "submitit", "--script",
                       str(USER_CODE / "ui_job.py"), "--run-dir", str(run_dir), "--detach", "--", "--steps", "2000",
@@ -21,7 +21,6 @@ def test_cancel_from_the_page_stops_a_job_on_the_cluster(slurm_cluster, tmp_path
     assert started.returncode == 0, started.stderr[-3000:]
     job_id = str(json.loads((run_dir / "state.json").read_text())["job_id"])
     ui = Dashboard(tmp_path / "runs", env=slurm_cluster)
-    browser = Browser(tmp_path / "chromium")
     try:
         browser.open(ui.page_url("run", "0:long"))
         browser.wait_for(lambda: browser.text("#state") == "running" and (browser.text("#step") or "-") != "-", 120,
@@ -35,7 +34,6 @@ def test_cancel_from_the_page_stops_a_job_on_the_cluster(slurm_cluster, tmp_path
         browser.click("#confirm-yes")
         browser.wait_for(lambda: browser.text("#state") == "cancelled", 90, "the page shows the job cancelled")
     finally:
-        browser.close()
         ui.stop()
     assert wait_for(lambda: not slurm("squeue", "-h", "-j", job_id).strip(), 60), "SLURM still runs the job"
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "a process of the job outlived it"

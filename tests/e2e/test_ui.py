@@ -56,13 +56,6 @@ def ui(runs: Path) -> Iterator[Dashboard]:
     dashboard.stop()
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    opened = Browser(tmp_path / "chromium")
-    yield opened
-    opened.close()
-
-
 def _point(runs: Path, index: int) -> Path:
     return next((runs / "sweep").glob(f"p{index:03d}-*"))
 

@@ -5,7 +5,6 @@ real in tests/cluster/test_containers.py, and its command line is checked by pod
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -71,7 +70,7 @@ def test_a_local_apptainer_job_wraps_torchrun_and_binds_the_folders(write_profil
     assert argv[argv.index("python3") + 1:][:2] == ["-m", "torch.distributed.run"]
 
 
-@pytest.mark.skipif(shutil.which("podman") is None, reason="podman is installed by tests/slurm/cluster.sh install")
+@pytest.mark.needs("podman")
 def test_podmans_own_parser_accepts_the_command(write_profile) -> None:  # type: ignore[no-untyped-def]
     """``podman create`` parses the whole command line and stops at the image, which is not there: any other
     complaint is an option podman does not take."""

@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -115,7 +114,8 @@ def _wrapped_script(write_profile, tmp_path: Path, after: str) -> list[str]:  # 
                       python=str(tmp_path / "python"), workdir=str(tmp_path))
     (tmp_path / "python").write_text(f"#!{sys.executable}\nimport signal, sys, time\n"
                                      "def stop(*_):\n    print('got TERM', flush=True)\n    sys.exit(7)\n"
-                                     "signal.signal(signal.SIGTERM, stop)\ntime.sleep(60)\n")
+                                     "signal.signal(signal.SIGTERM, stop)\nprint('ready', flush=True)\n"
+                                     "time.sleep(60)\n")
     (tmp_path / "python").chmod(0o755)
     return [str(arg) for arg in plan.job.node.argv]
 
@@ -123,9 +123,13 @@ def _wrapped_script(write_profile, tmp_path: Path, after: str) -> list[str]:  # 
 def test_the_local_shell_passes_sigterm_on_runs_after_and_keeps_the_exit_status(write_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     argv = _wrapped_script(write_profile, tmp_path, "false")
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    time.sleep(1.0)
+    said = []  # until the stand-in says its handler is set (a fixed pause raced a busy machine)
+    while (line := process.stdout.readline()) not in ("ready\n", ""):
+        said.append(line)
+    assert line == "ready\n", "".join(said) + process.stderr.read()
     process.send_signal(signal.SIGTERM)  # what `launch cancel` sends the node's command
     out, err = process.communicate(timeout=20)
+    out = "".join(said) + out
     assert "got TERM" in out, "the command got the SIGTERM"
     assert (tmp_path / "after.txt").read_text() == "after: yes\n", "after ran, in setup's environment"
     assert "launch: after failed on" in err, "a failing after line is said"
