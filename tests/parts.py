@@ -103,9 +103,14 @@ def missing_here(names: tuple[str, ...]) -> str | None:
     for name in names:
         missing = _looked_up(name)
         if missing:
-            by_install.setdefault(PARTS[name].install, []).append(f"{name} ({PARTS[name].what}: {missing})")
+            by_install.setdefault(PARTS[name].install, []).append(f"{_named(name)}{missing})")
     return "; ".join(f"needs {' and '.join(absent)}; install: {install}"
                      for install, absent in by_install.items()) or None
+
+
+def _named(name: str) -> str:
+    """How a skip reason begins to name a part (missing_here writes it, check_all_skipped looks for it)."""
+    return f"{name} ({PARTS[name].what}: "
 
 
 def unknown(names: tuple[str, ...]) -> list[str]:
@@ -125,7 +130,7 @@ def check_all_skipped(junit_xml: str) -> str:
         name = f"{case.get('classname')}::{case.get('name')}"
         skipped = case.find("skipped")
         message = skipped.get("message", "") if skipped is not None else ""
-        named = [part for part in PARTS if message.startswith("needs ") and f"{part} ({PARTS[part].what}: " in message]
+        named = [part for part in PARTS if message.startswith("needs ") and _named(part) in message]
         if not named:
             wrong.append(f"{name}: {'skipped: ' + message if skipped is not None else 'not skipped'}")
         for part in named:
