@@ -55,13 +55,63 @@ def wait_for(condition: Callable[[], object], timeout_s: float) -> bool:
     """Whether ``condition()`` became true within ``timeout_s``. Asked every half second at first, then every
     two: a condition is often a ``launch status`` process, and a long wait asking fast takes a core's worth of
     CPU from the job it waits for."""
-    deadline, pause_s = time.monotonic() + timeout_s, 0.5
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout_s
+    return _poll(condition, lambda: time.monotonic() < deadline)
+
+
+def wait_for_run(condition: Callable[[], object], watched: Path, stall_s: float, limit_s: float = 1800) -> bool:
+    """Whether ``condition()`` became true before the job it waits on stalled: nothing under ``watched`` (its run
+    folder: logs, metrics, checkpoints) changed for ``stall_s``, or ``limit_s`` passed in all. On a busy machine
+    (CI runs four workers on two cores) a job is slow, not stuck: a fixed deadline fails it, a stall does not."""
+    deadline, seen, changed_at = time.monotonic() + limit_s, _tree_state(watched), time.monotonic()
+
+    def progressing() -> bool:
+        nonlocal seen, changed_at
+        now = _tree_state(watched)
+        if now != seen:
+            seen, changed_at = now, time.monotonic()
+        return time.monotonic() - changed_at < stall_s and time.monotonic() < deadline
+
+    return _poll(condition, progressing)
+
+
+def communicate_while_running(process: subprocess.Popen[str], watched: Path, stall_s: float,
+                              limit_s: float = 1800) -> tuple[str, str]:
+    """``process``'s (stdout, stderr) once it ends, waiting as long as the job under ``watched`` makes progress
+    (``wait_for_run``); its output is read all along, so a full pipe never stalls it."""
+    said: list[tuple[str, str]] = []
+
+    def ended() -> bool:
+        try:
+            said.append(process.communicate(timeout=1))
+        except subprocess.TimeoutExpired:  # retrying loses no output (subprocess's documentation)
+            return False
+        return True
+
+    assert wait_for_run(ended, watched, stall_s, limit_s), f"{process.args!r} still running: its job stalled"
+    return said[0]
+
+
+def _poll(condition: Callable[[], object], keep_on: Callable[[], bool]) -> bool:
+    pause_s = 0.5
+    while keep_on():
         if condition():
             return True
-        time.sleep(min(pause_s, max(deadline - time.monotonic(), 0)))
+        time.sleep(pause_s)
         pause_s = min(pause_s * 1.25, 2.0)
     return bool(condition())
+
+
+def _tree_state(folder: Path) -> tuple[int, int]:
+    """(file count + total size, latest change) of everything under ``folder``: it changes while a job writes."""
+    size = latest = 0
+    for path in folder.rglob("*") if folder.is_dir() else ():
+        try:
+            found = path.stat()
+        except OSError:  # removed while we looked
+            continue
+        size, latest = size + found.st_size + 1, max(latest, found.st_mtime_ns)
+    return size, latest
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from launch.backends import remote_shell
-from tests.helpers import USER_CODE, processes_mentioning, run_cli, wait_for
+from tests.helpers import USER_CODE, processes_mentioning, run_cli, wait_for, wait_for_run
 from tests.testcluster import SshHosts
 
 HANG = str(USER_CODE / "hang.py")
@@ -21,13 +20,15 @@ def _groups(text: str) -> list[str]:
     return [line for line in text.splitlines() if re.match(r"ranks? [0-9,-]+ \(", line)]
 
 
-def _hangs_and_is_named(run_dir: Path, env: dict[str, str], *, function: str, stuck: Callable[[], bool],
-                        gone: str, nodes: tuple[str, str] = ("n1", "n2")) -> None:
+def _hangs_and_is_named(run_dir: Path, env: dict[str, str], *, function: str, log: Path, gone: str,
+                        nodes: tuple[str, str] = ("n1", "n2")) -> None:
     """Rank 1, on the first node, hangs at its third step: `stacks` shows it first, in ``function``, and ranks
     0,2-3 (both nodes) in all_reduce at collective 3; the 20 s watchdog ends the job as hung within 60 s, naming
-    it; no process mentioning ``gone`` is left."""
+    it; no process mentioning ``gone`` is left. ``log`` is rank 1's log, where its node writes it."""
     first_node = nodes[0]
-    assert wait_for(stuck, 180), "rank 1 never reached its third step"
+    assert wait_for_run(lambda: _rank_1_stuck(log), log.parent.parent, 180), \
+        (f"rank 1 never reached its third step: {run_cli('status', str(run_dir), env=env).stdout}"
+         f"{log.read_text(errors='replace')[-2000:] if log.is_file() else 'no ' + str(log)}")
     hung_at = time.monotonic()
     shown = run_cli("stacks", str(run_dir), env=env)
     assert shown.returncode == 0, shown.stdout + shown.stderr
@@ -56,7 +57,7 @@ def test_a_hang_through_submitit_is_shown_then_ended(slurm_cluster, tmp_path: Pa
                       env=slurm_cluster)
     assert started.returncode == 0, started.stderr[-3000:]
     _hangs_and_is_named(run_dir, slurm_cluster, function="sleep_forever in hang.py",
-                        stuck=lambda: _rank_1_stuck(run_dir / "logs" / "rank-1.log"), gone=str(run_dir))
+                        log=run_dir / "logs" / "rank-1.log", gone=str(run_dir))
 
 
 def test_a_dataloader_hang_through_sbatch_is_shown_then_ended(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -66,7 +67,7 @@ def test_a_dataloader_hang_through_sbatch_is_shown_then_ended(second_pair, tmp_p
                       "--where", "loader", env=second_pair.env)
     assert started.returncode == 0, started.stderr[-3000:]
     _hangs_and_is_named(run_dir, second_pair.env, function="(forked): take_the_lock in hang.py",
-                        stuck=lambda: _rank_1_stuck(run_dir / "logs" / "rank-1.log"), gone=str(run_dir),
+                        log=run_dir / "logs" / "rank-1.log", gone=str(run_dir),
                         nodes=second_pair.nodes)
 
 
@@ -78,4 +79,4 @@ def test_a_hang_on_ssh_hosts_is_shown_then_ended(ssh_hosts: SshHosts, tmp_path: 
     on_host = remote_shell.host_run_dir(str(run_dir.absolute()), "/srv/runs")
     log = ssh_hosts.srv("n1") / Path(on_host).relative_to("/srv") / "logs" / "rank-1.log"
     _hangs_and_is_named(run_dir, {}, function="sleep_forever in hang.py",
-                        stuck=lambda: _rank_1_stuck(log), gone=on_host)
+                        log=log, gone=on_host)

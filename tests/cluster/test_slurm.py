@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import processes_mentioning, run_cli, wait_for
+from tests.helpers import processes_mentioning, run_cli, wait_for, wait_for_run
 
 BANNER = re.compile(r"rank (\d+)/(\d+) \(local rank \d+, node (\d+)\) on (\S+), pid \d+, rendezvous (\S+)")
 
@@ -47,7 +47,7 @@ def test_cancel_stops_the_job_on_both_nodes(slurm_cluster, tmp_path: Path) -> No
                       "--detach", "--", "--epochs", "40", "--log-every", "5", env=slurm_cluster)
     assert started.returncode == 0, started.stderr
     logs = [run_dir / "logs" / f"rank-{rank}.log" for rank in range(4)]
-    assert wait_for(lambda: all(log.is_file() for log in logs) and "step 5/" in logs[0].read_text(), 120)
+    assert wait_for_run(lambda: all(log.is_file() for log in logs) and "step 5/" in logs[0].read_text(), run_dir, 180)
     assert ": running" in run_cli("status", str(run_dir), env=slurm_cluster).stdout
     assert len(processes_mentioning(str(run_dir))) >= 4  # four tasks (submitit: one per process)
     job_id = re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]

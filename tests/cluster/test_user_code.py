@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import processes_mentioning, run_cli, wait_for
+from tests.helpers import processes_mentioning, run_cli, wait_for, wait_for_run
 from tests.user_code_runs import (
     HOSTILE,
     PROBE,
@@ -108,12 +108,12 @@ def test_a_user_script_on_the_runtime_api_survives_preemption(second_pair, tmp_p
     # A step logged: every rank is past its imports and watches its stop signals (a fixed wait was not always
     # enough on a busy machine: the signal then ended the script before it watched, with nothing to resume).
     metrics = run_dir / "metrics.jsonl"
-    assert wait_for(lambda: metrics.is_file() and metrics.read_text().strip(), 120), \
+    assert wait_for_run(lambda: metrics.is_file() and metrics.read_text().strip(), run_dir, 180), \
         log.read_text()[-3000:] if log.is_file() else "no rank log"
     script = next((run_dir / "submitit").glob("*_submission.sh")).read_text()
     assert "#SBATCH --signal=USR1@90" in script and "export SUBMITIT_PREEMPT_SIGNAL=USR1" in script, script
     _slurm(env, "scancel", "--signal=USR1", job_id)
-    assert wait_for(lambda: (out / "done.json").is_file(), 300), log.read_text()[-3000:]
+    assert wait_for_run(lambda: (out / "done.json").is_file(), run_dir, 180), log.read_text()[-3000:]
     done = json.loads((out / "done.json").read_text())
     assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 4
     stops = re.findall(r"stopped by SIGUSR1 at step (\d+)", log.read_text())
