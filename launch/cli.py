@@ -11,8 +11,7 @@ from typing import NoReturn
 import yaml
 
 from launch import follow_up, runner
-from launch.backends import STACKS_WAIT_S
-from launch.core.plan import LAUNCHERS
+from launch.backends import DEFAULT_LAUNCHER, LAUNCHERS, STACKS_WAIT_S
 from launch.core.profile_loader import (
     bundled_profile_names,
     load_profile,
@@ -94,7 +93,7 @@ def _add_job_command(commands: argparse._SubParsersAction, name: str, text: str)
                       "ARGS`, imported from this folder")
     command.add_argument("--run-dir", help="run folder (default: a new one under runs/); of a sweep: the "
                                            "sweep folder, each point's run folder inside it")
-    command.add_argument("--launcher", choices=LAUNCHERS, default=LAUNCHERS[0],
+    command.add_argument("--launcher", choices=LAUNCHERS, default=DEFAULT_LAUNCHER,
                          help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
                               "batch script whose task per node runs torchrun / accelerate launch)")
     command.add_argument("--no-snapshot", action="store_true",

@@ -50,7 +50,7 @@ class Request:
     module: str | None = None
     args: tuple[str, ...] = ()  # the code's own arguments, verbatim
     run_dir: str | None = None
-    launcher: str = "submitit"
+    launcher: str | None = None  # SLURM: submitit or sbatch; None: the default (backends.DEFAULT_LAUNCHER)
     max_restarts: int = 0
     hang_timeout_s: int | None = None  # --hang-timeout: the profile's hang_timeout_s, overridden
     expand_args: bool = False

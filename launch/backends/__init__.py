@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from launch.backends.slurm.options import DEFAULT_LAUNCHER, LAUNCHERS
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
@@ -122,10 +123,11 @@ def render_text(plan: LaunchPlan) -> str:
     return "\n".join([*plan_lines(plan), *get(plan.job.backend).render(plan)]) + "\n"
 
 
-def name_for(profile: Profile, launcher: str = "submitit") -> str:
-    """The one place a profile's kind picks a backend (SLURM's by its launcher, submitit or sbatch)."""
+def name_for(profile: Profile, launcher: str | None = None) -> str:
+    """The one place a profile's kind picks a backend (SLURM's by its launcher: LAUNCHERS, by default
+    DEFAULT_LAUNCHER)."""
     if profile.kind == "slurm":
-        return launcher
+        return launcher or DEFAULT_LAUNCHER
     if profile.tpu is not None and profile.tpu.via_gcloud:
         return "gcloud"
     if profile.kind == "ssh":
@@ -135,10 +137,10 @@ def name_for(profile: Profile, launcher: str = "submitit") -> str:
 
 def chooses_launcher(profile: Profile) -> bool:
     """Whether ``--launcher`` picks between backends for this profile (SLURM: submitit or sbatch)."""
-    return name_for(profile, "submitit") != name_for(profile, "sbatch")
+    return len({name_for(profile, launcher) for launcher in LAUNCHERS}) > 1
 
 
-def for_profile(profile: Profile, launcher: str = "submitit") -> Backend:
+def for_profile(profile: Profile, launcher: str | None = None) -> Backend:
     return get(name_for(profile, launcher))
 
 

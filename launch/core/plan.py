@@ -30,7 +30,6 @@ PROBE = "launch.diagnostics.probe"  # what `launch check` runs instead of the co
 NODE_REACH = "launch.diagnostics.node_reach"  # `launch check` on sbatch and ssh: before each node's launcher
 WORKER = "launch.runtime.worker"  # what runs the code in each process (python -m launch.runtime.worker SCRIPT ARGS)
 XLA_WORKER = "launch.runtime.xla_worker"  # on XLA hosts: the code once per local device, through torch_xla's launcher
-LAUNCHERS = ("submitit", "sbatch")  # for SLURM profiles; submitit is the default
 MAX_RESTARTS = 100
 REMOTE_PYTHON = "python3"  # on ssh and TPU hosts, where the profile names none
 FLIGHT_RECORDER = "TORCH_FR_BUFFER_SIZE"  # torch's record of each rank's recent collectives (gloo and NCCL)
@@ -88,7 +87,7 @@ class PlanInputs:
 
 
 def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, args: tuple[str, ...] = (),
-               run_dir: str, python: str, workdir: str, launcher: str = "submitit",
+               run_dir: str, python: str, workdir: str, launcher: str | None = None,
                max_restarts: int = 0, check: bool = False, snapshot: Snapshot | None = None,
                expand_args: bool = False, accelerate_config: UserConfig | None = None) -> LaunchPlan:
     """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``; ``run_dir``,

@@ -41,11 +41,6 @@ class SlurmSection:
     srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
     extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
 
-    @property
-    def mem(self) -> str | None:
-        """sbatch's --mem value: a whole node's memory is 0."""
-        return None if self.mem_gb is None else "0" if self.mem_gb == "all" else f"{self.mem_gb}G"
-
 
 @dataclass(frozen=True, kw_only=True)
 class TpuSection:

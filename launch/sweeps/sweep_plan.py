@@ -50,7 +50,7 @@ class SweepPlan:
 
 
 def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common: tuple[str, ...], grid: Grid,
-                folder: str, python: str, workdir: str, launcher: str, max_parallel: int | None,
+                folder: str, python: str, workdir: str, launcher: str | None, max_parallel: int | None,
                 snapshot: Snapshot | None = None, expand_args: bool = False,
                 accelerate_config: UserConfig | None = None) -> SweepPlan:
     """Every point's plan: ``code`` (the strategy's example when None) with ``common`` then the point's

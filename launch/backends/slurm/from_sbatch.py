@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from launch.backends.slurm import sbatch_text
-from launch.backends.slurm.sbatch_script import (
+from launch.backends.slurm.options import (
+    BY_SBATCH_OPTION,
     MANAGED_SRUN_OPTIONS,
     SBATCH_OPTIONS,
     SRUN_OPTIONS,
@@ -28,8 +29,7 @@ from launch.core.profile_loader import load_profile
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.errors import LaunchError
 
-SLURM_KEYS = {"partition": "partition", "account": "account", "qos": "qos", "constraint": "constraint",
-              "job-name": "job_name"}
+GPU_OPTIONS = (BY_SBATCH_OPTION["gpus-per-node"].sbatch, *BY_SBATCH_OPTION["gpus-per-node"].same_request)
 NOT_CARRIED = {"output": "launch writes the job's logs into the run folder", "error": "launch writes the job's "
                "logs into the run folder", "chdir": "launch runs the job from the folder you submit from",
                "ntasks": "launch asks for one task per node or per process itself",
@@ -55,6 +55,15 @@ class Converted:
     profile: dict[str, Any]
     command: list[str]
     not_carried: list[tuple[int, str, str]] = field(default_factory=list)  # (line number, line, why)
+
+
+def _allocation(name: str, value: str | None) -> object:
+    """The profile's value of an allocation option (options.ALLOCATION), or None where it is not one or its value
+    was not understood."""
+    row = BY_SBATCH_OPTION.get(name)
+    if row is None or row.from_script is None or not (row.flag or value):
+        return None
+    return row.from_script(value or "")
 
 
 class _Reader:
@@ -89,15 +98,13 @@ class _Reader:
             self.profile["nodes"] = int(value.split("-")[0]) if value and value.split("-")[0].isdigit() else 1
         elif name == "ntasks-per-node" and value and value.isdigit():
             self.tasks_per_node = int(value)
-        elif name in ("gpus-per-node", "gpus-per-task", "gres", "gpus") and value:
+        elif name in GPU_OPTIONS and value:
             count = re.search(r"(\d+)$", value)
             self.gpus = int(count[1]) if count else None
             if name == "gpus-per-task" and self.gpus:
                 self.gpus *= self.tasks_per_node or 1
-        elif name == "cpus-per-task" and value and value.isdigit():
-            self.slurm["cpus_per_task"] = int(value)
-        elif name == "mem" and value:
-            self.slurm["mem_gb"] = sbatch_text.gigabytes(value)
+        elif (read := _allocation(name, value)) is not None:
+            self.slurm[BY_SBATCH_OPTION[name].key] = read
         elif name == "time" and value:
             self.slurm["time_min"] = sbatch_text.minutes(value)
         elif name == "signal" and value:
@@ -109,10 +116,8 @@ class _Reader:
                     self.slurm["signal_delay_s"] = int(delay)
             else:
                 self.skip(number, line, f"--signal={value}: launch's requeue takes USR1 or USR2 (slurm.requeue_signal)")
-        elif name in SLURM_KEYS and value:
-            self.slurm[SLURM_KEYS[name]] = value
-        elif name == "exclusive":
-            self.slurm["exclusive"] = True
+        elif name == "job-name" and value:
+            self.slurm["job_name"] = value
         elif name in NOT_CARRIED:
             self.skip(number, line, f"--{name}: {NOT_CARRIED[name]}")
         elif name in SBATCH_OPTIONS:

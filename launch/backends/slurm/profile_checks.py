@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launch.backends.slurm.sbatch_script import (
+from launch.backends.slurm.options import (
+    ALLOCATION,
     MANAGED_SRUN_OPTIONS,
     SBATCH_OPTIONS,
     SRUN_OPTIONS,
@@ -35,7 +36,7 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
         f"slurm.requeue_signal: {slurm.requeue_signal!r} is not allowed;"
         f"{did_you_mean(slurm.requeue_signal.removeprefix('SIG'), REQUEUE_SIGNALS)} allowed: {', '.join(REQUEUE_SIGNALS)}"]
     problems += [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
-                for key in ("time_min", "cpus_per_task")
+                for key in ("time_min", *(row.key for row in ALLOCATION if row.count))
                 if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
     if isinstance(slurm.mem_gb, int) and slurm.mem_gb < 1:
         problems.append(f"slurm.mem_gb: must be at least 1, or all (every node's whole memory, sbatch's --mem=0), "
@@ -84,7 +85,7 @@ def _check_srun_args(slurm: SlurmSection) -> list[str]:
 def _check_sbatch_text(slurm: SlurmSection) -> list[str]:
     """Values that become ``#SBATCH`` lines: one line each, and no option launch already sets."""
     problems = [f"slurm.{key}: must be a single line without control characters"
-                for key in ("partition", "account", "qos", "constraint")
+                for key in (row.key for row in ALLOCATION if row.text)
                 if CONTROL_CHARACTERS.search(getattr(slurm, key) or "")]
     for option, value in slurm.extra_sbatch.items():
         where = f"slurm.extra_sbatch.{option}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from launch.backends.slurm.options import sbatch_allocation
 from launch.core import containers, shell, site_shell
 from launch.core.commands import NodeCommand
 from launch.core.profile import Profile
@@ -11,78 +12,7 @@ from launch.core.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.core.secrets import looks_secret
 from launch.errors import LaunchError
 
-# sbatch options launch writes itself or that would contradict what it writes, with where each comes from.
-MANAGED_OPTIONS = {"nodes": "nodes",
-                   "ntasks-per-node": "one task per node", "ntasks": "nodes (one task per node)",
-                   "time": "slurm.time_min", "output": "the run folder", "error": "the run folder",
-                   "job-name": "slurm.job_name (default: the profile and strategy names)",
-                   "chdir": "the folder you submit from", "export": "the profile's env (all is exported)",
-                   "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
-                   "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem_gb", "mem-per-cpu": "slurm.mem_gb",
-                   "mem-per-gpu": "slurm.mem_gb", "gpus-per-node": "slurm.gpus_per_node",
-                   "gpus": "slurm.gpus_per_node", "gres": "slurm.gpus_per_node",
-                   "gpus-per-task": "slurm.gpus_per_node", "constraint": "slurm.constraint",
-                   "exclusive": "slurm.exclusive",
-                   "signal": "slurm.requeue_signal and slurm.signal_delay_s (submitit launcher)"}
-# sbatch's long options (Slurm 22.05's man page, less help/usage/version and the ones for the terminal), so a
-# typo in extra_sbatch is a profile error, not an sbatch error after submission.
-SBATCH_OPTIONS = frozenset({
-    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster-constraint", "clusters",
-    "comment", "constraint", "container", "contiguous", "core-spec", "cores-per-socket", "cpu-freq",
-    "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "error", "exclude", "exclusive",
-    "export", "export-file", "extra-node-info", "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus",
-    "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "hold", "ignore-pbs",
-    "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
-    "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill", "no-requeue",
-    "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
-    "ntasks-per-socket", "open-mode", "output", "overcommit", "oversubscribe", "partition", "power", "prefer",
-    "priority", "profile", "propagate", "qos", "reboot", "requeue", "reservation", "signal",
-    "sockets-per-node", "spread-job", "switches", "thread-spec", "threads-per-core", "time", "time-min", "tmp",
-    "uid", "use-min-nodes", "wait-all-nodes", "wckey",
-})
-# srun's long options (Slurm 22.05's man page), for slurm.srun_args.
-SRUN_OPTIONS = frozenset({
-    "accel-bind", "account", "acctg-freq", "bb", "bbf", "bcast", "bcast-exclude", "begin", "chdir",
-    "cluster-constraint", "clusters", "comment", "compress", "constraint", "container", "contiguous", "core-spec",
-    "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
-    "dependency", "disable-status", "distribution", "epilog", "error", "exact", "exclude", "exclusive", "export",
-    "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task",
-    "gres", "gres-flags", "help", "het-group", "hint", "immediate", "input", "job-name", "jobid",
-    "kill-on-bad-exit", "label", "licenses", "mail-type", "mail-user", "mcs-label", "mem", "mem-bind",
-    "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "msg-timeout", "multi-prog", "network", "nice", "no-allocate",
-    "no-kill", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
-    "ntasks-per-socket", "open-mode", "output", "overcommit", "overlap", "oversubscribe", "partition", "power",
-    "prefer", "preserve-env", "priority", "profile", "prolog", "propagate", "pty", "qos", "quiet",
-    "quit-on-interrupt", "reboot", "relative", "reservation", "resv-ports", "send-libs", "signal",
-    "slurmd-debug", "sockets-per-node", "spread-job", "switches", "task-epilog", "task-prolog", "test-only",
-    "thread-spec", "threads", "threads-per-core", "time", "time-min", "tmp", "uid", "unbuffered", "usage",
-    "use-min-nodes", "verbose", "version", "wait", "wckey", "x11",
-})
-# srun options launch sets on the job's step, or that would undo its wiring, with where each comes from.
-MANAGED_SRUN_OPTIONS = {
-    "kill-on-bad-exit": "launch (one failed task ends the job)", "output": "the run folder",
-    "error": "the run folder", "input": "launch (the tasks read no input)", "nodes": "nodes",
-    "ntasks": "nodes and procs_per_node", "ntasks-per-node": "nodes and procs_per_node",
-    "export": "the profile's env (all is exported)", "chdir": "the folder you submit from",
-    "unbuffered": "the submitit launcher", "jobid": "the job's own allocation", "het-group": "one job step",
-    "multi-prog": "one command on every task", "pty": "a batch job (no terminal)", "test-only": "a real run",
-    "no-allocate": "the job's own allocation", "help": "a real run", "usage": "a real run",
-    "version": "a real run"}
 _UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
-
-
-def managed_option(option: str) -> str | None:
-    """Where launch takes ``option`` from, if it manages it; sbatch also accepts unambiguous prefixes."""
-    for name, source in MANAGED_OPTIONS.items():
-        if name == option or name.startswith(option):
-            return source
-    return None
-
-
-def gpus_per_node(profile: Profile) -> int | None:
-    """GPUs to ask of SLURM per node: the profile's number, else one per process on cuda."""
-    asked = profile.slurm.gpus_per_node if profile.slurm is not None else None
-    return asked if asked is not None else (profile.procs_per_node if profile.device == "cuda" else None)
 
 
 def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tuple[str, str | None]]:
@@ -90,21 +20,13 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
     slurm = profile.slurm
     if slurm is None:
         raise ValueError(f"profile {profile.name} has no slurm section")
-    gpus = gpus_per_node(profile)
     if _UNSAFE_IN_DIRECTIVES & set(run_dir):
         raise LaunchError(f"--run-dir {run_dir}: a SLURM run folder cannot hold spaces, quotes, '\\' or '%' "
                           "(sbatch reads it from #SBATCH lines)")
     options: list[tuple[str, str | None]] = [
         ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
         *([("time", str(slurm.time_min))] if slurm.time_min is not None else []),
-        ("output", f"{run_dir}/logs/slurm-%j.out")]
-    optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
-                "cpus-per-task": _times(slurm.cpus_per_task, profile.procs_per_node), "mem": slurm.mem,
-                "gpus-per-node": str(gpus) if gpus else None,
-                "constraint": slurm.constraint}
-    options += [(name, value) for name, value in optional.items() if value is not None]
-    if slurm.exclusive:
-        options.append(("exclusive", None))
+        ("output", f"{run_dir}/logs/slurm-%j.out"), *sbatch_allocation(profile)]
     options += [(name, value or None) for name, value in slurm.extra_sbatch.items()]
     return options
 
@@ -112,11 +34,6 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
 def directives(options: list[tuple[str, str | None]]) -> list[str]:
     """``#SBATCH --name=value`` lines (``--name`` for a flag)."""
     return [f"#SBATCH --{name}" + ("" if value is None else f"={value}") for name, value in options]
-
-
-def _times(per_process: int | None, processes: int) -> str | None:
-    # One task per node runs all of the node's processes, so it needs all of their CPUs.
-    return str(per_process * processes) if per_process else None
 
 
 def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str, python: str) -> str:

@@ -7,11 +7,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import ClassVar
 
-from launch.backends.slurm.sbatch_script import (
-    env_exports,
-    gpus_per_node,
-    node_setup_step,
-)
+from launch.backends.slurm.options import submitit_allocation
+from launch.backends.slurm.sbatch_script import env_exports, node_setup_step
 from launch.core import containers, site_shell
 from launch.core.commands import PlanFile
 from launch.core.entrypoint import Target
@@ -55,14 +52,11 @@ def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | N
     slurm = profile.slurm
     if slurm is None:
         raise ValueError(f"profile {profile.name} has no slurm section")
-    gpus = gpus_per_node(profile)
     # submitit writes --signal=USR2@delay itself; another requeue signal is asked for here, and each task's
     # submitit told it through SUBMITIT_PREEMPT_SIGNAL (exported by the batch script, read when it starts)
     signal = {} if slurm.requeue_signal == "USR2" else {"signal": f"{slurm.requeue_signal}@{slurm.signal_delay_s}"}
     preempt = [] if not signal else [f"export SUBMITIT_PREEMPT_SIGNAL={slurm.requeue_signal}"]
-    optional = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
-                "cpus_per_task": slurm.cpus_per_task, "gpus_per_node": gpus or None, "mem": slurm.mem,
-                "constraint": slurm.constraint, "exclusive": True if slurm.exclusive else None,
+    optional = {**dict(submitit_allocation(profile)),
                 # submitit writes True as a bare flag ("--overcommit"); "" would be "--overcommit=''"
                 "additional_parameters": {option: value or True for option, value in slurm.extra_sbatch.items()}
                 | signal or None, "teardown": teardown or None}
