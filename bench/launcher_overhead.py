@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--profile", default=default_profile(), help="default: local-2gpu with 2 GPUs, else local-cpu")
     options = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from launch.core.profile_loader import load_profile
+    from launch.backends import load_profile
 
     procs = load_profile(options.profile).procs_per_node
     runs: dict[str, list[dict[str, object]]] = {name: [] for name in (HANDWRITTEN, HANDWRITTEN_LAUNCHED, *STRATEGIES,

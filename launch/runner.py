@@ -22,13 +22,13 @@ from launch import backends
 from launch.core import snapshot
 from launch.core.code_checks import check_code
 from launch.core.entrypoint import Target
-from launch.core.plan import LaunchPlan, build_plan
+from launch.core.plan import LaunchPlan
 from launch.core.profile import Profile
-from launch.core.profile_loader import load_profile
 from launch.core.snapshot import Snapshot
+from launch.core.strategy import UserConfig
 from launch.errors import ConfigError, LaunchError, SubmitError, WorkerFailure
-from launch.launchers.accelerate_config import UserConfig
 from launch.launchers.strategies import Strategy, check_example_args, get_strategy
+from launch.planning import build_plan
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def choose(request: Request, example_args: Sequence[tuple[str, tuple[str, ...]]]
     """Every refusal about the code, before anything is made: the bundled example's parser on each of
     ``example_args`` (a label for the error, the arguments), or the user's script or module found; then the
     snapshot taken."""
-    profile = load_profile(request.profile)
+    profile = backends.load_profile(request.profile)
     if request.hang_timeout_s is not None:
         if request.hang_timeout_s < 0:
             raise LaunchError(f"--hang-timeout {request.hang_timeout_s}: must be 0 (never) or more seconds")
@@ -112,6 +112,11 @@ def _check_run_dir(given: str | None) -> None:
 
 def plan(request: Request, *, for_submit: bool) -> LaunchPlan:
     """The plan of ``render`` and ``submit``; every refusal comes before a run folder is made."""
+    return _planned(request, for_submit=for_submit)[0]
+
+
+def _planned(request: Request, *, for_submit: bool) -> tuple[LaunchPlan, Backend]:
+    """``plan``'s plan, and the backend chosen for it (once: the plan is built by it, and handed to it)."""
     if for_submit and request.resume and request.run_dir is None:
         raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
     chosen = choose(request, [("", request.args)])
@@ -121,7 +126,7 @@ def plan(request: Request, *, for_submit: bool) -> LaunchPlan:
 
     def plan_in(run_dir: Path) -> LaunchPlan:
         return build_plan(profile, strategy.name, code, args=request.args, run_dir=str(run_dir.absolute()),
-                          python=sys.executable, workdir=str(Path.cwd()), launcher=request.launcher,
+                          python=sys.executable, workdir=str(Path.cwd()), backend=chosen.backend,
                           max_restarts=request.max_restarts, snapshot=chosen.snapshot,
                           expand_args=request.expand_args, accelerate_config=user_config)
 
@@ -129,8 +134,9 @@ def plan(request: Request, *, for_submit: bool) -> LaunchPlan:
     placeholder = plan_in(Path(request.run_dir) if request.run_dir is not None else
                           Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}")
     if request.run_dir is not None or not for_submit:
-        return placeholder  # render stays repeatable: the time is filled in when the job is submitted
-    return plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()))
+        return placeholder, chosen.backend  # render stays repeatable: the time is filled in when the job is submitted
+    # Built again in the folder claimed now: the first plan's refusals came before any folder was made.
+    return plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now())), chosen.backend
 
 
 def user_accelerate_config(request: Request, profile: Profile) -> UserConfig | None:
@@ -177,8 +183,7 @@ def submit(request: Request, *, check_first: bool = False) -> int:
     if check_first:
         plan(request, for_submit=False)  # the job's own refusals come before the check
         check(request, run_dir=None)
-    planned = plan(request, for_submit=True)
-    backend = backends.get(planned.job.backend)
+    planned, backend = _planned(request, for_submit=True)
     run_dir = Path(planned.run_dir)
     created = request.run_dir is None or not run_dir.exists()  # claimed just now, or to be made now
     on_hosts = backend.own_hosts  # its checkpoints are on the hosts, not here
@@ -215,9 +220,9 @@ def check(request: Request, *, run_dir: str | None) -> None:
     folder = Path(run_dir) if run_dir is not None else \
         run_folder.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())
     planned = build_plan(profile, request.strategy, code, run_dir=str(folder.absolute()), python=sys.executable,
-                         workdir=str(Path.cwd()), launcher=request.launcher, check=True, snapshot=chosen.snapshot,
+                         workdir=str(Path.cwd()), backend=chosen.backend, check=True, snapshot=chosen.snapshot,
                          expand_args=request.expand_args, accelerate_config=user_accelerate_config(request, profile))
-    backend = backends.get(planned.job.backend)
+    backend = chosen.backend
     with _removed_on_refusal(folder, run_dir is None, LaunchError):
         prepare(planned, backend, resume=False)
     how = f", {backend.name}" if backends.chooses_launcher(profile) else ""
@@ -253,7 +258,8 @@ def sweep_plan(request: Request, grid: Grid, *, max_parallel: int | None, for_su
         Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
     return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=request.args, grid=grid,
                              folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
-                             launcher=request.launcher, max_parallel=parallel, snapshot=chosen.snapshot,
+                             backend=chosen.backend, launcher=request.launcher, max_parallel=parallel,
+                             snapshot=chosen.snapshot,
                              expand_args=request.expand_args,
                              accelerate_config=user_accelerate_config(request, profile))
 
@@ -304,7 +310,7 @@ def sweep_retry(folder: Path, *, detach: bool) -> int:
     except OSError as error:
         raise LaunchError(f"sweep retry {folder}: the folder it was submitted from, {given['workdir']}, is gone "
                           f"({error.strerror})") from None
-    planned = sweep.rebuild(given, load_profile(given["profile"]))
+    planned = sweep.rebuild(given, backends.load_profile(given["profile"]))
     _preflight_sweep(planned)
     return sweep_runner.retry(planned, detach=detach)
 
@@ -312,7 +318,7 @@ def sweep_retry(folder: Path, *, detach: bool) -> int:
 def notebook_plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str, ...],
                   run_dir: str | None, name: str) -> tuple[LaunchPlan, Backend]:
     """The plan of ``notebook.run``: a profile whose backend can fork its processes from this session."""
-    profile = load_profile(profile_name)
+    profile = backends.load_profile(profile_name)
     backend = backends.for_profile(profile)
     if not backend.runs_notebooks:
         raise LaunchError(f"notebook.run: profile {profile.name} is kind {profile.kind}; a notebook runs local "
@@ -323,4 +329,4 @@ def notebook_plan(profile_name: str, strategy: str, code: Target | None, argv: t
                           "use `python -m launch submit --script ...` for it")
     directory = Path(run_dir) if run_dir else run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now())
     return build_plan(profile, strategy, code, args=argv, run_dir=str(directory.absolute()), python="python",
-                      workdir=str(Path.cwd())), backend
+                      workdir=str(Path.cwd()), backend=backend), backend

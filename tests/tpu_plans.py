@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
+from launch.backends import load_profile
+from launch.planning import build_plan
 
 
 def tpu_plan(profile: str, strategy: str):  # type: ignore[no-untyped-def]

@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launch.backends.slurm.options import DEFAULT_LAUNCHER, LAUNCHERS
+from launch.core import profile_loader
+from launch.core.profile_loader import SectionRules
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
+    from launch.core.commands import PlanFile
+    from launch.core.machine import Machine
     from launch.core.plan import LaunchPlan, PlanInputs
     from launch.core.profile import Profile
-    from launch.diagnostics.doctor import Machine
-    from launch.launchers.accelerate_config import NodeWiring
-    from launch.sweeps.sweep_plan import BackendArray, SweepPlan
+    from launch.core.strategy import NodeWiring
 
 State = dict[str, Any]
 
@@ -49,6 +51,20 @@ SECTIONS: dict[str, str] = {  # a profile's backend section -> the module that c
 RENAMED = {"slurm": "sbatch", "tpu": "gcloud"}  # what older run folders' state.json calls a backend
 ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
           "requeue_fed", "suspended", "resizing", "signaling", "stage_out"}
+
+
+class BackendArray(Protocol):
+    """A backend's job array for a sweep (``Backend.array``): the files written into the sweep folder."""
+
+    files: tuple[PlanFile, ...]
+
+
+class ArraySweep(Protocol):
+    """What a backend's array methods read of a sweep (``launch.sweeps.sweep_plan.SweepPlan`` has it)."""
+
+    plans: tuple[LaunchPlan, ...]  # one per point, in the points' order
+    max_parallel: int  # points running at once
+    array: BackendArray | None  # this backend's array (``Backend.array``)
 
 
 class Backend(Protocol):
@@ -80,10 +96,10 @@ class Backend(Protocol):
     def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> BackendArray | None:
         """A sweep's points as one job array (its files), where the backend runs arrays; else None."""
 
-    def render_array(self, sweep: SweepPlan) -> list[str]:
+    def render_array(self, sweep: ArraySweep) -> list[str]:
         """The array's part of ``sweep --dry-run`` (backends that run arrays)."""
 
-    def submit_array(self, sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+    def submit_array(self, sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
         """Submit the points ``indices`` as one array: each point's job id (backends that run arrays)."""
 
     def render(self, plan: LaunchPlan) -> list[str]:
@@ -149,18 +165,15 @@ def get(name: str) -> Backend:
     return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
 
 
-class SectionRules(Protocol):
-    """A backend's rules for its profile section: ``completed`` fills in what the section names elsewhere (a
-    hostfile), ``check`` lists its problems, each one line naming its key."""
-
-    def completed(self, profile: Profile, source: Path) -> Profile: ...
-
-    def check(self, profile: Profile, section: Any) -> list[str]: ...  # noqa: ANN401 - the backend's section
-
-
 def section_rules(section: str) -> SectionRules:
     """The rules of a profile's backend section (``slurm``, ``ssh``, ``tpu``)."""
     return importlib.import_module(SECTIONS[section])  # type: ignore[return-value]
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A bundled profile by name, or a profile file by path, read and checked, its backend section by its
+    backend's rules (``launch.core.profile_loader.load_profile``)."""
+    return profile_loader.load_profile(name_or_path, section_rules)
 
 
 def recorded(run_dir: Path) -> tuple[Backend, State]:

@@ -1,10 +1,11 @@
 """Profile + strategy + the code to run -> LaunchPlan: what every process gets, and one typed job for the
 backend that runs it.
 
-``build_plan`` is pure: it reads no environment, probes nothing and starts nothing. The backend chosen for the
-profile builds its own job from ``PlanInputs`` with the parts here (each node's launcher command, the files,
-the environment, the profile's shell and container around a command); ``render`` prints the plan and
-``submit`` hands that same object to the backend the job names.
+``plan_for`` is pure: it reads no environment, probes nothing and starts nothing. Its caller chose the strategy
+and the backend (``launch.planning``, once per submit); the backend builds its own job from ``PlanInputs`` with
+the parts here (each node's launcher command, the files, the environment, the profile's shell and container
+around a command); ``render`` prints the plan and ``submit`` hands that same object to the backend the job
+names. This module names no backend and no launcher: it uses what ``PlanBackend`` and ``core.strategy`` say.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from launch.core.profile import Profile
 from launch.core.rendezvous import INTERFACE_VARIABLES
 from launch.core.shell import Arg, join
 from launch.core.snapshot import Snapshot, path_in
+from launch.core.strategy import NodeContext, NodeWiring, Strategy, UserConfig
 from launch.errors import LaunchError
-from launch.launchers.accelerate_config import UserConfig
-from launch.launchers.strategies import NodeContext, Strategy, get_strategy
 
 PROBE = "launch.diagnostics.probe"  # what `launch check` runs instead of the code
 NODE_REACH = "launch.diagnostics.node_reach"  # `launch check` on sbatch and ssh: before each node's launcher
@@ -83,17 +83,31 @@ class PlanInputs:
     checking: bool = False  # the plan of `launch check`: the probe runs instead of the code
     expand_args: bool = False  # ${NAME} in the code's arguments expanded in each process
     accelerate_config: UserConfig | None = None  # the user's own config file, for `accelerate launch`
+    accelerate_wiring: NodeWiring | None = None  # the backend's: how each node's `accelerate launch` gets its rank
     snapshot: Snapshot | None = None
 
 
-def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, args: tuple[str, ...] = (),
-               run_dir: str, python: str, workdir: str, launcher: str | None = None,
-               max_restarts: int = 0, check: bool = False, snapshot: Snapshot | None = None,
-               expand_args: bool = False, accelerate_config: UserConfig | None = None) -> LaunchPlan:
-    """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``; ``run_dir``,
-    ``python`` and ``workdir`` are absolute paths.
+class PlanBackend(Protocol):
+    """What planning asks of the backend chosen for a profile (``launch.backends.Backend`` has it all)."""
 
-    On SLURM, ``launcher`` submitit runs one task per process that runs the code in a child process; sbatch
+    restarts_workers: bool  # --max-restarts applies
+    continue_hint: str  # how to go on instead, where it does not
+    own_hosts: bool  # the job runs on hosts with their own interpreter (ssh, TPU): python3 unless the profile says
+    accelerate_wiring: NodeWiring | None
+
+    def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str: ...
+
+    def build(self, inputs: PlanInputs) -> LaunchPlan: ...
+
+
+def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Target | None = None, *,
+             args: tuple[str, ...] = (), run_dir: str, python: str, workdir: str, max_restarts: int = 0,
+             check: bool = False, snapshot: Snapshot | None = None, expand_args: bool = False,
+             accelerate_config: UserConfig | None = None) -> LaunchPlan:
+    """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``, built by
+    ``backend``; ``run_dir``, ``python`` and ``workdir`` are absolute paths.
+
+    On SLURM, the submitit backend runs one task per process that runs the code in a child process; sbatch
     runs one task per node that starts the strategy's launcher (torchrun, accelerate launch). ``max_restarts``
     (local profiles) lets torchrun restart failed workers. Every launch continues from the run folder's last
     checkpoint, if any (LAUNCH_RESUME=1), so a restarted, requeued or resubmitted job picks up where it was.
@@ -108,7 +122,7 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     ``expand_args`` has each process expand ``${NAME}`` in the code's arguments (else they stay as given).
     ``accelerate_config`` (the accelerate strategy) is the user's own config file, launch's keys filled in.
     """
-    chosen = get_strategy(strategy)
+    strategy = chosen.name
     if code is not None and not chosen.user_code and not check:
         raise LaunchError(f"--strategy {strategy}: runs the bundled example {chosen.example.module} only",
                           "for your own script (one that builds its own transformers.Trainer too) use --strategy "
@@ -118,9 +132,6 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
                           f"{strategy} starts the code with {chosen.runner.name}")
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
-    from launch import backends  # the registry; its backends import this module
-
-    backend = backends.for_profile(profile, launcher)
     if max_restarts and not backend.restarts_workers:
         raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
                           backend.continue_hint)
@@ -136,7 +147,8 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
     inputs = PlanInputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                         python=python, here_python=here_python, setup_python=setup_python, workdir=workdir,
                         max_restarts=max_restarts, checking=check, code=code, snapshot=snapshot,
-                        expand_args=expand_args, accelerate_config=accelerate_config)
+                        expand_args=expand_args, accelerate_config=accelerate_config,
+                        accelerate_wiring=backend.accelerate_wiring)
     return backend.build(inputs)
 
 
@@ -207,7 +219,8 @@ def node_argv(inputs: PlanInputs, node: NodeContext, run_dir: str, python: str) 
 
 def plan_files(inputs: PlanInputs, run_dir: str) -> tuple[PlanFile, ...]:
     return tuple(PlanFile(path=path, text=text)
-                 for path, text in inputs.strategy.runner.files(inputs.profile, run_dir, inputs.accelerate_config))
+                 for path, text in inputs.strategy.runner.files(inputs.profile, run_dir, inputs.accelerate_config,
+                                                                inputs.accelerate_wiring))
 
 
 def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:

@@ -1,12 +1,16 @@
-"""Strict profile loading: YAML -> ``extends:`` -> typed ``Profile``, every problem named with file and key path."""
+"""Strict profile loading: YAML -> ``extends:`` -> typed ``Profile``, every problem named with file and key path.
+
+A backend section (``slurm:``, ``ssh:``, ``tpu:``) is completed and checked by its backend's rules, which the
+caller hands in (``launch.backends.load_profile`` hands in the registry's).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -32,6 +36,19 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 MAX_NODES = 10_000
 MAX_PROCS_PER_NODE = 1_024
+BACKEND_SECTIONS = ("slurm", "tpu", "ssh")  # the Profile fields a backend owns, each with kind of the same name
+
+
+class SectionRules(Protocol):
+    """A backend's rules for its profile section: ``completed`` fills in what the section names elsewhere (a
+    hostfile), ``check`` lists its problems, each one line naming its key."""
+
+    def completed(self, profile: Profile, source: Path) -> Profile: ...
+
+    def check(self, profile: Profile, section: Any) -> list[str]: ...  # noqa: ANN401 - the backend's section
+
+
+RulesFor = Callable[[str], SectionRules]  # a backend section's name -> its backend's rules
 
 
 def bundled_profile_names() -> list[str]:
@@ -61,28 +78,27 @@ def resolve_profile_path(name_or_path: str, relative_to: Path | None = None) -> 
                       f"bundled: {', '.join(names)}; or give the path of a YAML file")
 
 
-def load_profile(name_or_path: str) -> Profile:
-    """Load a bundled profile by name, or any profile file by path, with ``extends:`` applied."""
+def load_profile(name_or_path: str, rules_for: RulesFor) -> Profile:
+    """Load a bundled profile by name, or any profile file by path, with ``extends:`` applied; its backend
+    section completed and checked by ``rules_for(section)``."""
     path = resolve_profile_path(name_or_path)
     data = _resolved_mapping(path, chain=())
     problems: list[str] = []
     values = convert_dataclass(Profile, data, "", problems)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
-    profile = _completed(Profile(**values, source=str(path)), path)
-    problems = check_profile(profile)
+    profile = _completed(Profile(**values, source=str(path)), path, rules_for)
+    problems = check_profile(profile, rules_for)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
     return profile
 
 
-def _completed(profile: Profile, path: Path) -> Profile:
+def _completed(profile: Profile, path: Path, rules_for: RulesFor) -> Profile:
     """The profile with what its backend section names elsewhere read in (an ssh hostfile's hosts)."""
-    from launch import backends  # each backend completes its own section
-
-    for kind in backends.SECTIONS:
+    for kind in BACKEND_SECTIONS:
         if getattr(profile, kind) is not None:
-            profile = backends.section_rules(kind).completed(profile, path)
+            profile = rules_for(kind).completed(profile, path)
     return profile
 
 
@@ -187,9 +203,9 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
     return merged
 
 
-def check_profile(profile: Profile) -> list[str]:
+def check_profile(profile: Profile, rules_for: RulesFor) -> list[str]:
     """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
-    problems = (_check_names(profile) + _check_counts(profile) + _check_sections(profile)
+    problems = (_check_names(profile) + _check_counts(profile) + _check_sections(profile, rules_for)
                 + site_shell.check_shell(profile) + containers.check_container(profile))
     named = [(f"env.{key}", key) for key in profile.env] + [(f"secrets[{i}]", key) for i, key in
                                                           enumerate(profile.secrets)]
@@ -234,11 +250,9 @@ def _check_counts(profile: Profile) -> list[str]:
     return problems
 
 
-def _check_sections(profile: Profile) -> list[str]:
-    from launch import backends  # the registry names each section's check
-
+def _check_sections(profile: Profile, rules_for: RulesFor) -> list[str]:
     problems = []
-    for kind in ("slurm", "tpu", "ssh"):
+    for kind in BACKEND_SECTIONS:
         section = getattr(profile, kind)
         if profile.kind == kind and section is None:
             problems.append(f"{kind}: required for kind {kind} (at least an empty mapping: '{kind}: {{}}')"
@@ -249,10 +263,10 @@ def _check_sections(profile: Profile) -> list[str]:
     if (profile.device == "xla") != (profile.kind == "tpu"):
         problems.append(f"device: xla goes with kind tpu; the profile has kind {profile.kind} and "
                         f"device {profile.device}")
-    for kind in backends.SECTIONS:
+    for kind in BACKEND_SECTIONS:
         section = getattr(profile, kind)
         if section is not None:  # each backend checks its own section
-            problems += backends.section_rules(kind).check(profile, section)
+            problems += rules_for(kind).check(profile, section)
     if profile.rendezvous.address is not None and profile.kind != "ssh":
         problems.append(f"rendezvous.address: only for kind ssh (the head's address as the other hosts reach it); "
                         f"kind {profile.kind} finds its head itself")

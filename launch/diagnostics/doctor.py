@@ -12,29 +12,13 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 
+from launch import backends
+from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS, Machine
 from launch.core.profile import Profile
-from launch.core.profile_loader import bundled_profile_names, load_profile
+from launch.core.profile_loader import bundled_profile_names
 
 PACKAGES = ("torch", "torchvision", "accelerate", "transformers", "submitit", "torch_xla", "matplotlib")
-SLURM_COMMANDS = ("sbatch", "srun", "scontrol", "squeue", "scancel")
-NOT_CONFIGURED = "not configured here"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Machine:
-    """What doctor found: versions (None: not installed), devices, commands on PATH, interfaces."""
-
-    python: str
-    packages: dict[str, str | None]
-    cuda_devices: tuple[str, ...]
-    cuda_version: str | None
-    nccl_version: str | None
-    gloo: bool
-    commands: dict[str, str | None]
-    slurm_version: str | None
-    interfaces: dict[str, tuple[str, ...]]
 
 
 def inspect() -> Machine:
@@ -88,13 +72,14 @@ def _interfaces() -> dict[str, tuple[str, ...]]:
 def missing_for(profile: Profile, machine: Machine) -> list[str]:
     """What ``submit`` of ``profile`` from this machine would lack; empty when nothing. The backends' own
     checks (``preflight``) answer where they exist, so doctor and submit never disagree."""
-    from launch import backends
-    from launch.core.plan import build_plan
+    from launch.core.plan import plan_for
     from launch.errors import SubmitError
+    from launch.launchers.strategies import get_strategy
 
-    plan = build_plan(profile, "ddp", run_dir="/launch-doctor", python=sys.executable, workdir=os.getcwd())
+    backend = backends.for_profile(profile)
+    plan = plan_for(profile, get_strategy("ddp"), backend, run_dir="/launch-doctor", python=sys.executable,
+                    workdir=os.getcwd())
     needs: list[str] = []
-    backend = backends.get(plan.job.backend)
     if not backend.own_hosts:  # hosts with their own Python have their own packages
         needs += [f"{name} (pip install -e .)" for name in ("torch", "accelerate", "transformers")
                   if machine.packages[name] is None]
@@ -124,6 +109,6 @@ def report() -> str:
     names = bundled_profile_names()
     width = max(map(len, names), default=0)
     for name in names:
-        needs = missing_for(load_profile(name), machine)
+        needs = missing_for(backends.load_profile(name), machine)
         lines.append(f"  {name:<{width}}  " + ("ready" if not needs else "not ready: " + "; ".join(needs)))
     return "\n".join(lines) + "\n"

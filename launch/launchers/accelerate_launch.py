@@ -6,8 +6,8 @@ from pathlib import PurePath
 
 from launch.core.profile import Profile
 from launch.core.shell import Arg
-from launch.launchers.accelerate_config import UserConfig, launch_env, render_config
-from launch.launchers.context import NodeContext, Runner
+from launch.core.strategy import NodeContext, NodeWiring, Runner, UserConfig
+from launch.launchers.accelerate_config import launch_env, render_config
 
 CONFIG_NAME = "accelerate_config.yaml"
 
@@ -27,9 +27,11 @@ def node_argv(profile: Profile, python: str, node: NodeContext, process: list[st
     return [*argv, *process]
 
 
-def files(profile: Profile, run_dir: str, user: UserConfig | None = None) -> tuple[tuple[str, str], ...]:
-    """The config ``accelerate launch`` reads: generated from the profile, or the user's own with launch's keys."""
-    return ((config_path(run_dir), render_config(profile, user=user)),)
+def files(profile: Profile, run_dir: str, user: UserConfig | None,
+          wiring: NodeWiring | None) -> tuple[tuple[str, str], ...]:
+    """The config ``accelerate launch`` reads: generated from the profile, or the user's own with launch's keys;
+    its notes say how the backend (``wiring``) gives each node its rank."""
+    return ((config_path(run_dir), render_config(profile, wiring=wiring, user=user)),)
 
 
 RUNNER = Runner(name="accelerate", node_argv=node_argv, extra_env=launch_env, files=files, takes_config=True)

@@ -10,32 +10,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 
+from launch.core.strategy import Example, Strategy
 from launch.errors import LaunchError, did_you_mean
 from launch.launchers import accelerate_launch, torchrun
-from launch.launchers.context import NodeContext, Runner
-
-
-@dataclass(frozen=True, kw_only=True)
-class Example:
-    """A bundled entrypoint: its module, the function that checks its arguments, and on XLA hosts the module
-    that starts it once per device (torch_xla's launcher)."""
-
-    module: str
-    check_args: str
-    xla_launcher: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Strategy:
-    name: str
-    summary: str
-    runner: Runner
-    example: Example
-    user_code: bool = True  # --script/--module may take the example's place
-
 
 _ARGS = "train.args:check_launch_argv"
 STRATEGIES: dict[str, Strategy] = {
@@ -48,8 +27,6 @@ STRATEGIES: dict[str, Strategy] = {
                         "script use --strategy ddp)", runner=torchrun.RUNNER, user_code=False,
                         example=Example(module="train.trainer", check_args=_ARGS, xla_launcher="train.xla")),
 }
-
-__all__ = ["STRATEGIES", "Example", "NodeContext", "Runner", "Strategy", "get_strategy"]
 
 
 def get_strategy(name: str) -> Strategy:

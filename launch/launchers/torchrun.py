@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launch.core.profile import Profile
 from launch.core.shell import Arg
-from launch.launchers.context import NodeContext, Runner
+from launch.core.strategy import NodeContext, Runner
 
 
 def torchrun_argv(profile: Profile, python: str, node: NodeContext) -> list[Arg]:

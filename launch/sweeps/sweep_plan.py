@@ -10,27 +10,22 @@ import dataclasses
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
-from typing import Any, Protocol
+from typing import Any
 
 from launch import backends
-from launch.core.commands import PlanFile
+from launch.backends import Backend, BackendArray
 from launch.core.entrypoint import Target
 from launch.core.layout import read_json, write_json_atomic
-from launch.core.plan import LaunchPlan, build_plan
+from launch.core.plan import LaunchPlan, plan_for
 from launch.core.profile import Profile
 from launch.core.snapshot import Snapshot
+from launch.core.strategy import UserConfig
 from launch.errors import LaunchError, SubmitError
-from launch.launchers.accelerate_config import UserConfig
+from launch.launchers.strategies import get_strategy
 from launch.sweeps.grid import Grid, Point
 
 RECORD = "sweep.json"
 MAX_PORT = 65535
-
-
-class BackendArray(Protocol):
-    """A backend's job array for the sweep (``Backend.array``): the files written into the sweep folder."""
-
-    files: tuple[PlanFile, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,14 +45,15 @@ class SweepPlan:
 
 
 def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common: tuple[str, ...], grid: Grid,
-                folder: str, python: str, workdir: str, launcher: str | None, max_parallel: int | None,
-                snapshot: Snapshot | None = None, expand_args: bool = False,
+                folder: str, python: str, workdir: str, backend: Backend, launcher: str | None,
+                max_parallel: int | None, snapshot: Snapshot | None = None, expand_args: bool = False,
                 accelerate_config: UserConfig | None = None) -> SweepPlan:
-    """Every point's plan: ``code`` (the strategy's example when None) with ``common`` then the point's
-    arguments, in ``folder``/``point.folder_name()``. A profile's fixed rendezvous port is shifted by the
-    point's number, so that points sharing a head node never share a port."""
+    """Every point's plan by ``backend`` (the profile's, for ``launcher``, recorded for `sweep retry`): ``code``
+    (the strategy's example when None) with ``common`` then the point's arguments, in
+    ``folder``/``point.folder_name()``. A profile's fixed rendezvous port is shifted by the point's number, so
+    that points sharing a head node never share a port."""
     points = grid.points()
-    backend = backends.for_profile(profile, launcher)
+    chosen = get_strategy(strategy)
     port = profile.rendezvous.port
     if port is not None and port + len(points) - 1 > MAX_PORT:
         raise LaunchError(f"{profile.source}: rendezvous.port {port}: the sweep's {len(points)} points need ports "
@@ -66,10 +62,9 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
     for point in points:
         args = (*common, *point.args())
         at = profile if port is None else replace(profile, rendezvous=replace(profile.rendezvous, port=port + point.index))
-        plans.append(build_plan(at, strategy, None if code is None else replace(code, args=args), args=args,
-                                run_dir=str(PurePath(folder, point.folder_name())), python=python, workdir=workdir,
-                                launcher=launcher, snapshot=snapshot, expand_args=expand_args,
-                                accelerate_config=accelerate_config))
+        plans.append(plan_for(at, chosen, backend, None if code is None else replace(code, args=args), args=args,
+                              run_dir=str(PurePath(folder, point.folder_name())), python=python, workdir=workdir,
+                              snapshot=snapshot, expand_args=expand_args, accelerate_config=accelerate_config))
     parallel = len(points) if max_parallel is None else max(1, min(max_parallel, len(points)))
     inputs = {"folder": folder, "profile": str(profile.source), "strategy": strategy, "script": code and code.script,
               "module": code and code.module, "common": list(common),
@@ -90,7 +85,7 @@ def rebuild(given: dict[str, Any], profile: Profile) -> SweepPlan:
     grid = Grid(tuple((key, tuple(values)) for key, values in given["grid"]))
     return build_sweep(profile, given["strategy"], code, common=tuple(given["common"]), grid=grid,
                        folder=given["folder"], python=given["python"], workdir=given["workdir"],
-                       launcher=given["launcher"], max_parallel=given["max_parallel"],
+                       backend=backends.for_profile(profile, given["launcher"]), launcher=given["launcher"], max_parallel=given["max_parallel"],
                        snapshot=snapshot_from(given["snapshot"]), expand_args=bool(given.get("expand_args")),
                        accelerate_config=UserConfig(**given["accelerate_config"]) if given.get("accelerate_config")
                        else None)

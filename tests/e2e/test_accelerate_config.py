@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.core.profile_loader import load_profile
+from launch.backends import load_profile
 from tests.helpers import run_cli
 
 # Accelerate's own commands on the generated files, run as a user runs them (accelerate on PATH, no variable of
@@ -78,7 +78,7 @@ def test_accelerate_test_passes_on_every_process_with_the_printed_environment(tm
 
 
 def test_working_command_starts_one_multi_cpu_group(tmp_path: Path) -> None:
-    from launch.launchers.accelerate_config import working_command
+    from launch.planning import working_command
 
     profile = load_profile("local-cpu")
     config = _write_config("local-cpu", tmp_path)
@@ -95,7 +95,7 @@ def test_multi_node_working_command_runs_on_every_node(tmp_path: Path) -> None:
     import socket
     import subprocess
 
-    from launch.launchers.accelerate_config import working_command
+    from launch.planning import working_command
 
     profile = load_profile("slurm-local-2x2")
     config = _write_config("slurm-local-2x2", tmp_path)

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from launch.core.profile_loader import load_profile
+from launch.backends import load_profile
 from launch.sweeps.sweep_plan import local_parallelism
 from tests.helpers import ROOT, run_cli
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from launch.backends import load_profile
 from launch.backends.remote_shell import host_run_dir
 from launch.core.entrypoint import Target
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
 from launch.core.snapshot import Snapshot
+from launch.planning import build_plan
 from tests.helpers import ROOT, free_port, run_cli
 from tests.tpu_plans import tpu_plan
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launch.backends import load_profile
 from launch.cli import main
-from launch.core.plan import build_plan
-from launch.core.profile_loader import bundled_profile_names, load_profile
-from launch.launchers.accelerate_config import render_config
+from launch.core.profile_loader import bundled_profile_names
+from launch.planning import build_plan, render_config
 from tests.helpers import ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden" / "accelerate"
@@ -87,7 +87,8 @@ def test_gpu_and_tpu_files_need_no_more_than_the_file(name: str, tmp_path: Path)
         launch_command_parser,
     )
 
-    from launch.launchers.accelerate_config import launch_env, working_command
+    from launch.launchers.accelerate_config import launch_env
+    from launch.planning import working_command
 
     profile = load_profile(name)
     assert working_command(profile) is None and launch_env(profile) == {}

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launch.backends import render_text
+from launch.backends import load_profile, render_text
 from launch.cli import main
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
+from launch.planning import build_plan
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "containers"
 CONTAINER = ("container:\n  image: {image}\n  runtime: {runtime}\n  mounts: [/scratch:/scratch, /datasets:/data:ro]\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
+from launch.backends import load_profile
+from launch.planning import build_plan
 from tests.helpers import run_cli
 
 TORCHRUN = """\

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.backends import render_text
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
+from launch.backends import load_profile, render_text
+from launch.planning import build_plan
 
 SHELL = ("python: /opt/venv/bin/python\nmodules: [gcc/12.2, cuda/12.1]\nmodule_purge: true\n"
          "setup:\n  - source /opt/conda/etc/profile.d/conda.sh\n  - 'conda activate train && echo \"env: $CONDA_PREFIX\"'\n"

@@ -1,5 +1,6 @@
-"""The code's layout holds as the README's "Code layout" says: packages import only the layers beneath them, the
-host side imports no in-job internals, only backends decide by backend, and modules stay small."""
+"""The code's layout holds as the README's "Code layout" says: packages import only the layers beneath them (core
+only itself, launchers only core), no two packages import each other, the host side imports no in-job
+internals, only backends decide by backend, and modules stay small."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ REGISTRY = "launch.backends"  # the backends' registry module: the one way other
 
 # What each package may import from launch (besides itself and launch.errors); REGISTRY means that module only.
 MAY_IMPORT = {
-    "core": {"launch.core", "launch.launchers", REGISTRY},
-    "launchers": {"launch.core", REGISTRY},
+    "core": {"launch.core"},
+    "launchers": {"launch.core"},
     "runtime": {"launch.core"},
     "runs": {"launch.core"},
     "sweeps": {"launch.core", "launch.launchers", "launch.runs", REGISTRY},
-    "diagnostics": {"launch.core", "launch.runs", REGISTRY},
+    "diagnostics": {"launch.core", "launch.launchers", "launch.runs", REGISTRY},
     "ui": {"launch.core", "launch.runs", "launch.sweeps", "launch.diagnostics", "launch.follow_up", REGISTRY},
 }
 # Modules outside launch/runtime that run inside the job, and so may use the in-job side's internals.
@@ -64,6 +65,49 @@ def test_each_package_imports_only_the_layers_beneath_it() -> None:
                   if not name.startswith(f"launch.{package}") and name != "launch.errors"
                   and not _allowed(name, rules)]
     assert not wrong, "\n".join(wrong)
+
+
+def _unit(module: str) -> str:
+    """What an import cycle is counted between: a package of launch, or a module at its top."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph``, as the units in order (the first again at the end), or [] where it has none."""
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    path: list[str] = []
+
+    def walk(unit: str) -> list[str]:
+        state[unit] = 1
+        path.append(unit)
+        for after in sorted(graph.get(unit, ())):
+            if state.get(after) == 1:
+                return [*path[path.index(after):], after]
+            if after not in state and (found := walk(after)):
+                return found
+        path.pop()
+        state[unit] = 2
+        return []
+
+    for unit in sorted(graph):
+        if unit not in state and (found := walk(unit)):
+            return found
+    return []
+
+
+def test_no_two_packages_import_each_other_through_any_path() -> None:
+    graph: dict[str, set[str]] = {}
+    lines: dict[tuple[str, str], str] = {}
+    for path, module in _modules():
+        for line, name in _imports(path):
+            if name.startswith("launch.") and _unit(name) != _unit(module) and _unit(name) != "launch.errors":
+                graph.setdefault(_unit(module), set()).add(_unit(name))
+                lines.setdefault((_unit(module), _unit(name)), f"{module}:{line} imports {name}")
+    cycle = _cycle(graph)
+    assert not cycle, "an import cycle: " + " -> ".join(cycle) + "\n" + "\n".join(
+        lines[(first, second)] for first, second in zip(cycle, cycle[1:], strict=False))
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"], "the check finds a cycle"
 
 
 def test_the_host_side_never_imports_the_in_job_internals() -> None:

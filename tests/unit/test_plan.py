@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from launch.backends import render_text
+from launch.backends import load_profile, render_text
 from launch.core import shell
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
 from launch.core.rendezvous import port_for_job, port_for_job_shell
 from launch.core.secrets import looks_secret
 from launch.core.shell import EnvRef
 from launch.errors import LaunchError
+from launch.planning import build_plan
 from tests.helpers import ROOT, run_cli
 
 PYTHON = "/opt/venv/bin/python"

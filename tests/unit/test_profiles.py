@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launch.backends import load_profile
 from launch.cli import main
-from launch.core.profile_loader import BUNDLED_DIR, bundled_profile_names, load_profile
+from launch.core.profile_loader import BUNDLED_DIR, bundled_profile_names
 from launch.errors import ConfigError
 from tests.helpers import run_cli
 

@@ -20,12 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launch.backends import render_text
+from launch.backends import load_profile, render_text
 from launch.backends.local import backend as local
 from launch.core import shell
 from launch.core.entrypoint import Target
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
+from launch.planning import build_plan
 from train.args import TrainArgs, parse_train_args
 
 # Anything a process can receive: every character but NUL (and lone surrogates, which no OS string holds).

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from launch.backends import load_profile
 from launch.backends.slurm.from_sbatch import convert
 from launch.backends.slurm.options import ALLOCATION
 from launch.backends.slurm.sbatch_script import sbatch_options
 from launch.backends.slurm.submitit_job import executor_parameters
 from launch.cli import main
-from launch.core.profile_loader import load_profile
 
 # key: (the profile's YAML value, the #SBATCH value on a 2x4 cuda job, the submitit value)
 SAMPLES: dict[str, tuple[object, str | None, object]] = {

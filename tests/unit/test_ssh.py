@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.core.plan import build_plan
-from launch.core.profile_loader import load_profile
+from launch.backends import load_profile
+from launch.planning import build_plan
 from tests.helpers import ROOT, run_cli
 
 # Made now, so that not even this file (which the snapshot ships to the hosts) holds them.

@@ -21,7 +21,7 @@ from launch.errors import LaunchError, SubmitError
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
-    from launch.diagnostics.doctor import Machine
+    from launch.core.machine import Machine
 
 STOP_TIMEOUT_S = 300
 SHIP_TIMEOUT_S = 1800  # the snapshot onto every host (up to snapshot.LIMIT_BYTES)

@@ -30,7 +30,7 @@ from launch.errors import SubmitError, WorkerFailure
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
-    from launch.diagnostics.doctor import Machine
+    from launch.core.machine import Machine
 
 STOP_GRACE_S = 20.0
 THEN_TIMEOUT_S = 600

@@ -16,7 +16,7 @@ from launch.core.plan import (
     plan_env,
     plan_files,
 )
-from launch.launchers.context import NodeContext
+from launch.core.strategy import NodeContext
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,17 +14,18 @@ from typing import TYPE_CHECKING
 from launch.backends import State
 from launch.backends.slurm.follow import cancel, current_status, follow
 from launch.backends.slurm.state import job_state
+from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.profile import Profile
 from launch.core.secrets import looks_secret
+from launch.core.strategy import NodeWiring
 from launch.errors import SubmitError, WorkerFailure
-from launch.launchers.accelerate_config import NodeWiring
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
+    from launch.backends import ArraySweep
     from launch.backends.slurm.job import ArrayJob
-    from launch.diagnostics.doctor import Machine
-    from launch.sweeps.sweep_plan import SweepPlan
+    from launch.core.machine import Machine
 
 
 def secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
@@ -50,8 +51,8 @@ class SlurmLauncher:
     submit: Callable[[LaunchPlan], str]  # the job id
     render: Callable[[LaunchPlan], list[str]]
     array: Callable[[list[LaunchPlan], str, int], ArrayJob]
-    submit_array: Callable[[SweepPlan, tuple[int, ...]], dict[int, str]]  # each point's element id
-    render_array: Callable[[SweepPlan], list[str]]
+    submit_array: Callable[[ArraySweep, tuple[int, ...]], dict[int, str]]  # each point's element id
+    render_array: Callable[[ArraySweep], list[str]]
 
 
 class SlurmBackend:
@@ -73,8 +74,6 @@ class SlurmBackend:
         run_on="Run it on every node of the job, with MASTER_ADDR and MASTER_PORT the head node's address and port:")
 
     def doctor_needs(self, machine: Machine) -> list[str]:
-        from launch.diagnostics.doctor import NOT_CONFIGURED, SLURM_COMMANDS
-
         needs = [f"{name} on PATH (a SLURM login node)" for name in SLURM_COMMANDS if machine.commands[name] is None]
         if machine.slurm_version and machine.slurm_version.startswith(NOT_CONFIGURED):
             needs.append(f"a configured SLURM ({machine.slurm_version.removeprefix(NOT_CONFIGURED + ': ')})")
@@ -95,10 +94,10 @@ class SlurmBackend:
     def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
         return self.launcher.array(plans, folder, parallel)
 
-    def submit_array(self, sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+    def submit_array(self, sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
         return self.launcher.submit_array(sweep, indices)
 
-    def render_array(self, sweep: SweepPlan) -> list[str]:
+    def render_array(self, sweep: ArraySweep) -> list[str]:
         return self.launcher.render_array(sweep)
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:

@@ -25,7 +25,6 @@ from launch.backends.slurm.options import (
     SRUN_OPTIONS,
 )
 from launch.core.output_file import write_new
-from launch.core.profile_loader import load_profile
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.errors import LaunchError
 
@@ -351,6 +350,8 @@ def convert_file(script: Path, output: Path | None) -> str:
     converted = convert(text, name=output.stem)
     written = profile_text(converted, source=str(script))
     write_new(output, lambda sink: sink.write(written.encode()))
+    from launch.backends import load_profile  # the registry's section rules
+
     load_profile(str(output))  # what it wrote loads: anything else is launch's mistake, said here
     said = [f"wrote {output}", "run the same job with:", f"  {command_line(converted, output)}"]
     if converted.not_carried:

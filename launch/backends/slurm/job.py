@@ -23,8 +23,8 @@ from launch.core.plan import (
 from launch.core.profile import Profile
 from launch.core.rendezvous import SLURM_NODE_ID
 from launch.core.shell import EnvRef
+from launch.core.strategy import NodeContext
 from launch.errors import LaunchError
-from launch.launchers.context import NodeContext
 
 ARRAY_SCRIPT = "array.sbatch"  # a sweep's array script, in the sweep folder
 

@@ -30,7 +30,7 @@ from launch.core.plan_text import file_lines, node_lines
 from launch.errors import SubmitError
 
 if TYPE_CHECKING:
-    from launch.sweeps.sweep_plan import SweepPlan
+    from launch.backends import ArraySweep
 
 
 def _submit(plan: LaunchPlan) -> str:
@@ -54,7 +54,7 @@ def _sbatch(argv: tuple[str, ...], *, cwd: str, secrets: dict[str, str]) -> str:
     return job_id
 
 
-def _submit_array(sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+def _submit_array(sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
     """The points ``indices`` as one job array of the sweep's array script; each point's element id."""
     assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
     first = sweep.plans[indices[0]]
@@ -72,10 +72,10 @@ def _render(plan: LaunchPlan) -> list[str]:
             *file_lines(job.files), "", f"submitted with: {shlex.join(job.submit_argv)}"]
 
 
-def _render_array(sweep: SweepPlan) -> list[str]:
+def _render_array(sweep: ArraySweep) -> list[str]:
     assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
-    argv = sweep.array.submit_argv(tuple(range(len(sweep.points))), sweep.max_parallel)
-    return [f"one job array of {len(sweep.points)} elements, at most {sweep.max_parallel} running at once; element K "
+    argv = sweep.array.submit_argv(tuple(range(len(sweep.plans))), sweep.max_parallel)
+    return [f"one job array of {len(sweep.plans)} elements, at most {sweep.max_parallel} running at once; element K "
             f"runs point K's own job.sbatch (below: point 0's)", f"  submitted with: {shlex.join(argv)}",
             *file_lines(sweep.array.files)]
 

@@ -27,8 +27,8 @@ from launch.core.secrets import looks_secret
 from launch.errors import SubmitError
 
 if TYPE_CHECKING:
+    from launch.backends import ArraySweep
     from launch.backends.slurm.task_bootstrap import Bootstrap
-    from launch.sweeps.sweep_plan import SweepPlan
 
 ARRAY_FOLDER = "submitit"  # submitit's folder for the whole array, in the sweep folder
 
@@ -93,7 +93,7 @@ def _submit(plan: LaunchPlan) -> str:
         return str(executor.submit(task).job_id)
 
 
-def _submit_array(sweep: SweepPlan, indices: tuple[int, ...]) -> dict[int, str]:
+def _submit_array(sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
     """The points ``indices`` as one job array (submitit's batch); each point's element id."""
     import submitit
 
@@ -142,9 +142,9 @@ def _script_lines(job: SubmititJob, key: str, where: str) -> list[str]:
     return [f"  batch script lines {where} ({key}):", *(f"    {line}" for line in lines)] if lines else []
 
 
-def _render_array(sweep: SweepPlan) -> list[str]:
+def _render_array(sweep: ArraySweep) -> list[str]:
     assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
-    return [f"one job array of {len(sweep.points)} elements, at most {sweep.max_parallel} running at once (submitit's "
+    return [f"one job array of {len(sweep.plans)} elements, at most {sweep.max_parallel} running at once (submitit's "
             f"batch); element K runs point K's plan (below: point 0's); folder {sweep.array.folder}",
             "  executor parameters: " + ", ".join(f"{key}={value!r}" for key, value in sweep.array.parameters)]
 

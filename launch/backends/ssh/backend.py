@@ -21,12 +21,12 @@ from launch.backends.ssh.job import SshJob, SshNode, build, job_run_dir
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
+from launch.core.strategy import NodeWiring
 from launch.errors import SubmitError
-from launch.launchers.accelerate_config import NodeWiring
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
-    from launch.diagnostics.doctor import Machine
+    from launch.core.machine import Machine
 
 REACH_TIMEOUT_S = CONNECT_TIMEOUT_S + 50  # connecting, then importing launch on the host
 SHIP_TIMEOUT_S = 1800  # the snapshot onto a host (up to snapshot.LIMIT_BYTES)

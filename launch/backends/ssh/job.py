@@ -28,8 +28,8 @@ from launch.core.plan import (
 from launch.core.profile import Profile, SshSection
 from launch.core.rendezvous import port_for_run
 from launch.core.secrets import looks_secret
+from launch.core.strategy import NodeContext
 from launch.errors import LaunchError
-from launch.launchers.context import NodeContext
 
 HOST_GUARD = "launch.backends.ssh.host_guard"  # on an ssh host: the node's command, with the secrets read from the connection
 SSH_JOB_SPEC = "ssh-job.json"  # in the run folder here: the connections, for the fan-out (no secret in it)
