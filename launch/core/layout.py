@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 PLAN_TEXT = "plan.txt"
+PLAN_FACTS = "plan.json"  # the plan's facts as data (launch.core.plan_facts): what the dashboard and report read
 RESULT = "result.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"  # TensorBoard event files of what ``log_metrics`` recorded (the same process writes both)

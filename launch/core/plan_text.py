@@ -3,9 +3,7 @@ from its backend (``launch.backends.render_text`` puts the two together)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from launch.core import shell
 from launch.core.commands import NodeCommand, PlanFile
@@ -30,40 +28,6 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
               "that copy"] if plan.snapshot else []),
            f"backend:   {plan.job.backend}"]
     return out
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanHeader:
-    """What ``plan_lines`` wrote at the top of a run's plan.txt, read back (``launch ui``'s run list)."""
-
-    profile: str = "?"
-    strategy: str = "?"
-    nodes: int = 0
-    procs_per_node: int = 0
-    device: str = "?"
-    backend: str = "?"
-    snapshot: str = ""  # "ROOT (KIND, N files, SIZE), sha256 DIGEST", or "" without a snapshot
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.procs_per_node
-
-
-_WORLD = re.compile(r"(\d+) processes = (\d+) node\(s\) x (\d+), device (\S+),")
-
-
-def read_header(text: str) -> PlanHeader:
-    """The header of a plan.txt (its lines up to the first empty one); fields it lacks stay unknown."""
-    found: dict[str, str] = {}
-    for line in text.split("\n\n", 1)[0].splitlines():
-        key, colon, value = line.partition(":")
-        if colon and key.strip() in ("profile", "strategy", "world", "snapshot", "backend"):
-            found[key.strip()] = value.strip()
-    world = _WORLD.match(found.get("world", ""))
-    return PlanHeader(profile=found.get("profile", "?").split(" (")[0], strategy=found.get("strategy", "?"),
-                      nodes=int(world[2]) if world else 0, procs_per_node=int(world[3]) if world else 0,
-                      device=world[4] if world else "?", backend=found.get("backend", "?"),
-                      snapshot=found.get("snapshot", "").split(", copied to ")[0])
 
 
 def env_lines(env: Iterable[tuple[str, str]], secrets: tuple[str, ...], indent: str = "    ") -> list[str]:

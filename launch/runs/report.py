@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from launch.core.layout import METRICS, metric_curves
+from launch.core.plan_facts import read_facts
 from launch.errors import LaunchError
 from launch.runs import run_folder
 
@@ -50,8 +51,10 @@ def read_run(run_dir: Path, *, name: str | None = None) -> RunCurves:
     path = run_dir / METRICS
     if not path.is_file():
         raise LaunchError(f"{run_dir}: no {METRICS} (not a run folder, or a run that has not logged anything yet)")
+    facts = read_facts(run_dir)  # what ran, for code whose result.json does not say (a user's script)
+    known = {"strategy": facts.strategy, "world_size": facts.world_size} if facts.world_size else {}
     return curves_of(read_records(path), name=name or run_dir.name,
-                     result=run_folder.read_json(run_dir / run_folder.RESULT) or {})
+                     result={**known, **(run_folder.read_json(run_dir / run_folder.RESULT) or {})})
 
 
 def read_records(path: Path) -> list[dict[str, object]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import re
 import sys
@@ -18,6 +19,7 @@ from launch.core.layout import (
     HUNG_EXIT_STATUS,
     LOGS,
     OOM_HINT,
+    PLAN_FACTS,
     PLAN_TEXT,
     RESULT,
     STACK_REQUEST,
@@ -32,6 +34,7 @@ from launch.core.layout import (
     write_json_atomic,
 )
 from launch.core.plan import LaunchPlan
+from launch.core.plan_facts import facts_record
 from launch.errors import SubmitError
 
 # The layout itself is launch.core.layout's (the jobs write into the same folder); re-exported for the host side.
@@ -61,7 +64,8 @@ def claim_run_dir(root: Path, profile_name: str, strategy: str, now: datetime) -
 
 
 def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -> dict[str, Any] | None:
-    """Create the run folder and write the plan's files; return the checkpoint a resubmitted run continues from.
+    """Create the run folder and write the plan's files (with plan.txt for people and plan.json, its facts as
+    data); return the checkpoint a resubmitted run continues from.
 
     A folder that holds anything is refused, unless it holds this very plan (the same plan.txt) and no result
     yet: then the job runs again and its entrypoint continues from the last checkpoint. ``resume`` insists
@@ -77,7 +81,8 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -
                           "leave --resume out to start this run from the beginning")
     try:
         (run_dir / LOGS).mkdir(parents=True, exist_ok=True)
-        for path, text, executable in ((run_dir / PLAN_TEXT, plan_text, False),
+        facts = json.dumps(facts_record(plan), indent=2, sort_keys=True) + "\n"
+        for path, text, executable in ((run_dir / PLAN_TEXT, plan_text, False), (run_dir / PLAN_FACTS, facts, False),
                                        *((Path(f.path), f.text, f.executable) for f in plan.files)):
             if path.exists():  # a resubmitted run: the same plan, so the same files
                 continue

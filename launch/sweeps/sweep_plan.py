@@ -85,7 +85,8 @@ def rebuild(given: dict[str, Any], profile: Profile) -> SweepPlan:
     grid = Grid(tuple((key, tuple(values)) for key, values in given["grid"]))
     return build_sweep(profile, given["strategy"], code, common=tuple(given["common"]), grid=grid,
                        folder=given["folder"], python=given["python"], workdir=given["workdir"],
-                       backend=backends.for_profile(profile, given["launcher"]), launcher=given["launcher"], max_parallel=given["max_parallel"],
+                       backend=backends.for_profile(profile, given["launcher"]), launcher=given["launcher"],
+                       max_parallel=given["max_parallel"],
                        snapshot=snapshot_from(given["snapshot"]), expand_args=bool(given.get("expand_args")),
                        accelerate_config=UserConfig(**given["accelerate_config"]) if given.get("accelerate_config")
                        else None)

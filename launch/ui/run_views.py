@@ -19,7 +19,7 @@ from typing import Any
 
 from launch import backends, follow_up
 from launch.core.layout import CHECK, LOGS, METRICS, PLAN_TEXT, RESULT, STACKS, STATE
-from launch.core.plan_text import PlanHeader, read_header
+from launch.core.plan_facts import PlanFacts, read_facts
 from launch.errors import LaunchError
 from launch.runs import report, run_folder
 from launch.sweeps import sweep_plan as sweep
@@ -201,17 +201,17 @@ class Reader:
                     "running": False, "result": {}}
 
     def _run_row(self, run_id: str, run_dir: Path) -> dict[str, Any]:
-        header = _header(run_dir)
+        facts = read_facts(run_dir)
         state = self.state(run_dir)
         curves = self.curves(run_dir)
         result = run_folder.read_json(run_dir / RESULT) or {}
         started = _mtime(run_dir / PLAN_TEXT)
         ended = None if backends.is_active(state) else max(_mtime(run_dir / STATE), started)
         steps = [points[-1][0] for points in curves.series.values() if points]
-        return {"id": run_id, "kind": "run", "name": run_dir.name, "profile": header.profile,
-                "strategy": header.strategy, "backend": header.backend, "job_id": state.get("job_id"),
+        return {"id": run_id, "kind": "run", "name": run_dir.name, "profile": facts.profile,
+                "strategy": facts.strategy, "backend": facts.backend, "job_id": state.get("job_id"),
                 "state": point_state(run_dir, state), "exit_code": state.get("exit_code"),
-                "detail": state.get("detail", ""), "world": f"{header.nodes} x {header.procs_per_node}",
+                "detail": state.get("detail", ""), "world": f"{facts.nodes} x {facts.procs_per_node}",
                 "started": started, "ended": ended, "last_step": max(steps, default=None),
                 "result": _result(result, curves), "running": backends.is_active(state)}
 
@@ -227,7 +227,7 @@ class Reader:
         points = self.points(folder)
         states = [self.state(run_dir) for _, _, run_dir in points]
         shown = [point_state(run_dir, state) for (_, _, run_dir), state in zip(points, states, strict=True)]
-        first = _header(points[0][2]) if points else PlanHeader()
+        first = read_facts(points[0][2]) if points else PlanFacts()
         arrays = [str(entry["array"]) for entry in recorded.get("submissions", []) if entry.get("array")]
         counts = {name: shown.count(name) for name in dict.fromkeys(shown)}
         running = any(map(backends.is_active, states))
@@ -244,16 +244,16 @@ class Reader:
         report, check table, snapshot and plan."""
         row = self._run_row(run_id, run_dir)
         state = self.state(run_dir)
-        header = _header(run_dir)
+        facts = read_facts(run_dir)
         curves = self.curves(run_dir)
         from launch.diagnostics.check import table_of_run
 
-        check = table_of_run(run_dir, nodes=header.nodes, per_node=header.procs_per_node, device=header.device)
+        check = table_of_run(run_dir, nodes=facts.nodes, per_node=facts.procs_per_node, device=facts.device)
         return {**row, "ranks": _ranks(run_dir), "progress": _progress(curves),
                 "curves": {tag: list(points) for tag, points in curves.series.items()},
                 "log_tail": self.log_tail(run_dir, running=row["running"]),
                 "report": follow_up.outcome_lines(run_dir, state), "check": check,
-                "snapshot": header.snapshot, "plan": _read_text(run_dir / PLAN_TEXT), "run_dir": str(run_dir)}
+                "snapshot": facts.snapshot, "plan": _read_text(run_dir / PLAN_TEXT), "run_dir": str(run_dir)}
 
     def sweep_page(self, run_id: str, folder: Path) -> dict[str, Any]:
         """A sweep's page: one row per point (its values, state, result, curves), its line of the list, and
@@ -270,10 +270,6 @@ class Reader:
                          "curves": {tag: list(points) for tag, points in curves.series.items()}})
         return {**self._sweep_row(run_id, folder), "points_table": rows, "run_dir": str(folder),
                 "failed": list(failed_points(folder, status=self.state))}
-
-
-def _header(run_dir: Path) -> PlanHeader:
-    return read_header(_read_text(run_dir / PLAN_TEXT))
 
 
 def _read_text(path: Path) -> str:

@@ -26,6 +26,21 @@ def test_report_reads_a_run_that_is_still_writing_and_refuses_what_is_not_a_run(
     assert broken.returncode == 2 and "metrics.jsonl:2: not a JSON object" in broken.stderr
 
 
+def test_report_names_the_strategy_and_world_of_a_users_script_from_the_plan_that_ran(tmp_path: Path) -> None:
+    """A user's script writes no result.json: what ran (strategy, processes) comes from the run's plan.json."""
+    from launch import backends, runner
+    from launch.runs import run_folder
+
+    (tmp_path / "mine.py").write_text("print('training')\n")
+    run_dir = tmp_path / "run"
+    request = runner.Request(profile="local-cpu", strategy="accelerate", script=str(tmp_path / "mine.py"),
+                             run_dir=str(run_dir))
+    plan = runner.plan(request, for_submit=False)
+    run_folder.prepare_run_dir(plan, backends.render_text(plan))
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 7, "loss": 0.5}\n')
+    done = run_cli("report", str(run_dir), "--output", str(tmp_path / "r.png"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].split()[:4] == ["run", "accelerate", str(plan.world_size), "7"]
 def test_doctor_reports_this_machine_and_what_each_profile_needs() -> None:
     import shutil
 

@@ -15,21 +15,25 @@ from werkzeug.test import Client
 from launch import runner
 from launch.backends import render_text
 from launch.core.layout import metric_curves
-from launch.core.plan_text import read_header
+from launch.core.plan_facts import read_facts
 from launch.core.profile_loader import bundled_profile_names
+from launch.runs import run_folder
 from launch.ui.run_views import Folders
 from launch.ui.server import UiApp, allowed_hosts
 from tests.helpers import ROOT, run_cli
 
 
 @pytest.mark.parametrize("name", bundled_profile_names())
-def test_the_run_list_reads_back_what_render_wrote_for_every_bundled_profile(name: str, tmp_path: Path) -> None:
+def test_the_run_list_reads_back_the_facts_of_the_plan_that_made_the_folder_for_every_bundled_profile(
+        name: str, tmp_path: Path) -> None:
     plan = runner.plan(runner.Request(profile=name, run_dir=str(tmp_path / "run")), for_submit=False)
-    header = read_header(render_text(plan))
+    run_folder.prepare_run_dir(plan, render_text(plan))
+    (tmp_path / "run" / "plan.txt").write_text("reworded for people\n")  # nothing reads plan.txt's wording
+    facts = read_facts(tmp_path / "run")
     profile = plan.profile
-    assert (header.profile, header.strategy, header.nodes, header.procs_per_node, header.device, header.backend) == \
+    assert (facts.profile, facts.strategy, facts.nodes, facts.procs_per_node, facts.device, facts.backend) == \
         (profile.name, "ddp", profile.nodes, profile.procs_per_node, profile.device, plan.job.backend)
-    assert header.world_size == plan.world_size
+    assert facts.world_size == plan.world_size
 
 
 def _app(tmp_path: Path, *, loopback: bool) -> Client:
