@@ -7,23 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from launch import backends
+from launch.core import layout
 from launch.core.layout import METRICS
 from launch.core.output_file import write_new
 from launch.errors import LaunchError
-from launch.runs import run_folder
+from launch.runs import outcome
 from launch.sweeps import sweep_plan as sweep
 
 
 def find_run(given: str, runs: Path) -> Path:
     """A run folder, its name under ``runs``, or the SLURM job id of a run under ``runs``."""
     for candidate in (Path(given), runs / given):
-        if (candidate / run_folder.PLAN_TEXT).is_file():
+        if (candidate / layout.PLAN_TEXT).is_file():
             return candidate
     if given.isdigit():
-        for state_file in sorted(runs.glob(f"*/{run_folder.STATE}")):
-            if str((run_folder.read_json(state_file) or {}).get("job_id")) == given:
+        for state_file in sorted(runs.glob(f"*/{layout.STATE}")):
+            if str((layout.read_json(state_file) or {}).get("job_id")) == given:
                 return state_file.parent
-    raise LaunchError(f"{given}: not a run folder (no {run_folder.PLAN_TEXT}) nor the job id of a run under runs/",
+    raise LaunchError(f"{given}: not a run folder (no {layout.PLAN_TEXT}) nor the job id of a run under runs/",
                       "give the folder or job id `submit` printed")
 
 
@@ -43,11 +44,11 @@ def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:
     """Under a run's state (``status``, ``launch ui``): the failure or hang report, the rank behind first, and
     the result where there is one."""
     lines = []
-    if state.get("status") == "hung" or state.get("status") == "failed" and run_folder.first_failure(run_dir):
-        lines += [*run_folder.failure_details(run_dir),
-                  run_folder.failure_message(run_dir, int(state.get("exit_code") or 1))]
-    if (run_dir / run_folder.RESULT).is_file():
-        lines.append(run_folder.result_summary(run_dir))
+    if state.get("status") == "hung" or state.get("status") == "failed" and outcome.first_failure(run_dir):
+        lines += [*outcome.failure_details(run_dir),
+                  outcome.failure_message(run_dir, int(state.get("exit_code") or 1))]
+    if (run_dir / layout.RESULT).is_file():
+        lines.append(outcome.result_summary(run_dir))
     return lines
 
 
@@ -74,9 +75,9 @@ def print_logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
         first = next(iter(sweep.point_folders(run_dir)), (0, "", run_dir))[2]
         raise LaunchError(f"logs {run_dir}: a sweep; its logs are its points'", f"give a point's folder, e.g. {first}")
     backends.logs(run_dir, rank=rank, follow=follow)
-    hung = run_folder.hang_message(run_dir)
+    hung = outcome.hang_message(run_dir)
     if hung is not None:  # the logs end where the ranks stopped: why, the ranks behind first
-        print("\n".join(["", *run_folder.failure_details(run_dir), f"launch: {hung}"]))
+        print("\n".join(["", *outcome.failure_details(run_dir), f"launch: {hung}"]))
 
 
 def cancel(run_dir: Path) -> str:
@@ -102,7 +103,7 @@ def report(given: list[str], runs: Path, output: Path) -> str:
     curves, ended_badly = [], []
     for name in given:
         folder = _folder_with_metrics(name, runs)
-        hung = None if sweep.is_sweep(folder) else run_folder.hang_message(folder)
+        hung = None if sweep.is_sweep(folder) else outcome.hang_message(folder)
         if hung is not None:
             ended_badly.append(f"{folder}: {hung}")
         if sweep.is_sweep(folder):  # every point that logged something, best first

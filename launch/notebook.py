@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launch import job, runner
+from launch.core import layout
 from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan
 from launch.core.shell import with_env
 from launch.errors import LaunchError, did_you_mean
-from launch.runs import run_folder
 
 if TYPE_CHECKING:
     from launch.backends import Backend
@@ -55,9 +55,9 @@ def run(code: Callable[..., Any] | str, profile: str | None = None, *, args: tup
     planned = _plan(code, strategy, None, argv, run_dir)
     plan = planned[0]
     _launch(planned, _run_module, (str(plan.code.module), plan.code.args))
-    result = run_folder.read_json(Path(plan.run_dir) / run_folder.RESULT)
+    result = layout.read_json(Path(plan.run_dir) / layout.RESULT)
     if result is None:
-        raise LaunchError(f"the run wrote no {run_folder.RESULT}; rank logs: {Path(plan.run_dir) / run_folder.LOGS}")
+        raise LaunchError(f"the run wrote no {layout.RESULT}; rank logs: {Path(plan.run_dir) / layout.LOGS}")
     return result
 
 

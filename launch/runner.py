@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launch import backends
-from launch.core import snapshot
+from launch.core import layout, snapshot
 from launch.core.code_checks import check_code
 from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan
@@ -171,7 +171,7 @@ def prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, ob
     """Everything checked before a job starts, then the run folder; the checkpoint a resubmission continues."""
     check_secrets(plan.profile, backend)
     run_dir = Path(plan.run_dir)
-    if (run_dir / run_folder.STATE).is_file() and backends.is_active(backends.status(run_dir)):
+    if (run_dir / layout.STATE).is_file() and backends.is_active(backends.status(run_dir)):
         raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
     backend.preflight(plan)
     return run_folder.prepare_run_dir(plan, backends.render_text(plan), resume=resume)

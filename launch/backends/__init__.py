@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launch.backends.slurm.options import DEFAULT_LAUNCHER, LAUNCHERS
-from launch.core import profile_loader
+from launch.core import layout, profile_loader
 from launch.core.profile_loader import SectionRules
-from launch.runs import run_folder
+from launch.runs import merged_logs, run_folder
 
 if TYPE_CHECKING:
     from launch.core.commands import PlanFile
@@ -178,7 +178,7 @@ def load_profile(name_or_path: str) -> Profile:
 
 def recorded(run_dir: Path) -> tuple[Backend, State]:
     """The backend a run folder's state names, and that state (a run never started is a local one)."""
-    state = run_folder.read_json(run_dir / run_folder.STATE) or {"status": "not started"}
+    state = layout.read_json(run_dir / layout.STATE) or {"status": "not started"}
     name = str(state.get("backend", "local"))
     name = RENAMED.get(name, name)
     return get(name if name in BACKENDS else "local"), state
@@ -209,9 +209,9 @@ def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool,
         return follow and is_active(status(run_dir))
 
     if rank is None:
-        run_folder.print_all_logs(run_dir, still_running=still_running)
+        merged_logs.print_all_logs(run_dir, still_running=still_running)
     else:
-        run_folder.print_log(run_folder.rank_log_path(run_dir, rank), rank, still_running=still_running)
+        merged_logs.print_log(layout.rank_log_path(run_dir, rank), rank, still_running=still_running)
 
 
 STACKS_WAIT_S = 15.0  # `launch stacks`: how long every rank has to answer
@@ -228,13 +228,13 @@ def stacks(run_dir: Path, *, wait_s: float = STACKS_WAIT_S) -> tuple[Path, int |
     state = backend.status(run_dir, state)
     if not is_active(state):
         raise LaunchError(f"{run_dir}: not running ({state.get('status')}); stacks come from a running job",
-                          f"the stacks of a hang the watchdog ended are under {run_dir / run_folder.STACKS}")
+                          f"the stacks of a hang the watchdog ended are under {run_dir / layout.STACKS}")
     backend.fetch(run_dir, state)
     running = sum(note.get("status") == "running" for note in run_folder.rank_notes(run_dir))
     expected = max(running, int(state.get("world_size") or 0)) or None
     name = run_folder.new_stacks_name(run_dir)
     backend.ask_stacks(run_dir, state, name)
-    folder, deadline, fetched = run_dir / run_folder.STACKS / name, time.monotonic() + wait_s, time.monotonic()
+    folder, deadline, fetched = run_dir / layout.STACKS / name, time.monotonic() + wait_s, time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.25)
         if time.monotonic() - fetched >= FETCH_EVERY_S:

@@ -21,7 +21,7 @@ from launch import backends
 from launch.core.layout import CHECK, read_json
 from launch.core.plan import LaunchPlan
 from launch.diagnostics import probe
-from launch.runs import run_folder
+from launch.runs import outcome
 
 DEADLINE_S = probe.CONNECT_S + probe.GATHER_S + 45  # imports, the all_reduce and the links on top
 POLL_S = 0.5
@@ -103,7 +103,7 @@ def run_check(plan: LaunchPlan) -> tuple[Verdict, float]:
     hosts = backend.hosts(run_dir, backends.status(run_dir))
     verdict = judge(Reports.read(run_dir), nodes=plan.profile.nodes, per_node=plan.profile.procs_per_node,
                     device=plan.profile.device, hosts=hosts, timed_out=timed_out)
-    set_up = run_folder.setup_failure(run_dir)  # the profile's setup or node_setup stopped the probe: that comes first
+    set_up = outcome.setup_failure(run_dir)  # the profile's setup or node_setup stopped the probe: that comes first
     if set_up:
         verdict = replace(verdict, problems=(set_up, *verdict.problems))
     return verdict, time.monotonic() - begun

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from launch.core import layout
 from launch.core.layout import METRICS, metric_curves
 from launch.core.plan_facts import read_facts
 from launch.errors import LaunchError
-from launch.runs import run_folder
 
 SUMMARY_COLUMNS = ("run", "strategy", "world", "steps", "eval acc", "eval loss", "samples/s", "wall s")
 
@@ -54,7 +54,7 @@ def read_run(run_dir: Path, *, name: str | None = None) -> RunCurves:
     facts = read_facts(run_dir)  # what ran, for code whose result.json does not say (a user's script)
     known = {"strategy": facts.strategy, "world_size": facts.world_size} if facts.world_size else {}
     return curves_of(read_records(path), name=name or run_dir.name,
-                     result={**known, **(run_folder.read_json(run_dir / run_folder.RESULT) or {})})
+                     result={**known, **(layout.read_json(run_dir / layout.RESULT) or {})})
 
 
 def read_records(path: Path) -> list[dict[str, object]]:

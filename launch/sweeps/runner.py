@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launch import backends
+from launch.core import layout
 from launch.core.layout import write_json_atomic
 from launch.errors import LaunchError, SubmitError, WorkerFailure
 from launch.runs import report, run_folder
@@ -39,11 +40,11 @@ def submit_sweep(plan: sweep.SweepPlan, *, detach: bool) -> int:
     unless ``detach`` (SLURM)."""
     folder = Path(plan.folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / run_folder.PLAN_TEXT).write_text(render_sweep(plan), encoding="utf-8")
+    (folder / layout.PLAN_TEXT).write_text(render_sweep(plan), encoding="utf-8")
     for file in plan.array.files if plan.array is not None else ():
         Path(file.path).write_text(file.text, encoding="utf-8")
         Path(file.path).chmod(0o755)
-    (folder / run_folder.LOGS).mkdir(exist_ok=True)
+    (folder / layout.LOGS).mkdir(exist_ok=True)
     write_json_atomic(folder / sweep.RECORD, sweep.record(plan))
     for point in plan.plans:
         run_folder.prepare_run_dir(point, backends.render_text(point), resume=False)
@@ -57,7 +58,7 @@ def start_points(plan: sweep.SweepPlan, indices: tuple[int, ...], *, detach: boo
         return _run_here(plan, indices)
     ids = backend.submit_array(plan, indices)
     for index, job_id in ids.items():
-        run_folder.write_json_atomic(Path(plan.plans[index].run_dir) / run_folder.STATE, {
+        layout.write_json_atomic(Path(plan.plans[index].run_dir) / layout.STATE, {
             "backend": plan.backend, "job_id": job_id, "world_size": plan.plans[index].world_size,
             "status": "submitted", "updated": time.time()})
     array_id = next(iter(ids.values())).split("_")[0]
@@ -148,7 +149,7 @@ def point_state(run_dir: Path, state: backends.State | None = None) -> str:
     """A point's state (``state``: its status, already read); one with its result is finished, whatever SLURM
     still remembers of its job."""
     status = str((state if state is not None else backends.status(run_dir)).get("status"))
-    return "finished" if status != "running" and (run_dir / run_folder.RESULT).is_file() else status
+    return "finished" if status != "running" and (run_dir / layout.RESULT).is_file() else status
 
 
 def _summary(folder: Path) -> int:
@@ -173,7 +174,7 @@ def _table_and_states(folder: Path) -> tuple[str, list[str]]:
         state = backends.status(run_dir)
         states.append(point_state(run_dir, state))
         shown = "finished" if states[-1] == "finished" else _state_text(state)
-        result = run_folder.read_json(run_dir / run_folder.RESULT) or {}
+        result = layout.read_json(run_dir / layout.RESULT) or {}
         rows.append((str(index), values, shown, report.cell(result.get("steps")),
                      report.cell(result.get("eval_accuracy"), "{:.2%}"),
                      report.cell(result.get("eval_loss"), "{:.4f}"), run_dir.name))

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from launch import backends, follow_up
+from launch.core import layout
 from launch.core.layout import CHECK, LOGS, METRICS, PLAN_TEXT, RESULT, STACKS, STATE
 from launch.core.plan_facts import PlanFacts, read_facts
 from launch.errors import LaunchError
-from launch.runs import report, run_folder
+from launch.runs import merged_logs, report, run_folder
 from launch.sweeps import sweep_plan as sweep
 from launch.sweeps.runner import failed_points, point_state
 
@@ -127,7 +128,7 @@ class _Cached:
     asked: float = -STATUS_EVERY_S  # when the backend was last asked (monotonic)
     fetched: float = 0.0  # when the hosts' files were last brought here (monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    logs: run_folder.MergedLogs | None = None
+    logs: merged_logs.MergedLogs | None = None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
     metrics: tuple[tuple[int, int], report.RunCurves] | None = None  # (mtime ns, size) of metrics.jsonl, read
 
@@ -188,7 +189,7 @@ class Reader:
         cached = self._entry(run_dir)
         with cached.lock:
             if cached.logs is None:
-                cached.logs = run_folder.MergedLogs(run_dir, tail_bytes=LOG_TAIL_BYTES)
+                cached.logs = merged_logs.MergedLogs(run_dir, tail_bytes=LOG_TAIL_BYTES)
             cached.tail.extend(cached.logs.new_lines(final=not running))
             return list(cached.tail)
 
@@ -204,7 +205,7 @@ class Reader:
         facts = read_facts(run_dir)
         state = self.state(run_dir)
         curves = self.curves(run_dir)
-        result = run_folder.read_json(run_dir / RESULT) or {}
+        result = layout.read_json(run_dir / RESULT) or {}
         started = _mtime(run_dir / PLAN_TEXT)
         ended = None if backends.is_active(state) else max(_mtime(run_dir / STATE), started)
         steps = [points[-1][0] for points in curves.series.values() if points]
@@ -262,7 +263,7 @@ class Reader:
         for index, values, run_dir in self.points(folder):
             state = self.state(run_dir)
             curves = self.curves(run_dir)
-            result = run_folder.read_json(run_dir / RESULT) or {}
+            result = layout.read_json(run_dir / RESULT) or {}
             steps = [points[-1][0] for points in curves.series.values() if points]
             rows.append({"point": index, "values": values, "state": point_state(run_dir, state),
                          "last_step": result.get("steps", max(steps, default=None)),

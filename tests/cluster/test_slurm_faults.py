@@ -16,8 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (ROOT, USER_CODE, communicate_while_running, processes_mentioning, run_cli, wait_for,
-                           wait_for_run)
+from tests.helpers import (
+    ROOT,
+    USER_CODE,
+    communicate_while_running,
+    processes_mentioning,
+    run_cli,
+    wait_for,
+    wait_for_run,
+)
 
 # World size 4, batch 16: 125 steps an epoch on the embedded digits.
 STEPS_PER_EPOCH = 125

@@ -13,12 +13,13 @@ from launch import backends
 from launch.backends import State, remote_shell
 from launch.backends.gcloud.job import GcloudJob, build
 from launch.backends.local import backend as local
+from launch.core import layout
 from launch.core.commands import NodeCommand
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
 from launch.errors import LaunchError, SubmitError
-from launch.runs import run_folder
+from launch.runs import outcome
 
 if TYPE_CHECKING:
     from launch.core.machine import Machine
@@ -77,7 +78,7 @@ def print_rank_log(state: dict[str, object], rank: int) -> None:
     ssh, folder = state.get("ssh_argv"), state.get("hosts_run_dir")
     if not isinstance(ssh, list) or not isinstance(folder, str):
         raise SubmitError("this run's state does not say where its hosts are", "see its plan.txt")
-    path = str(run_folder.rank_log_path(PurePosixPath(folder), rank))
+    path = str(layout.rank_log_path(PurePosixPath(folder), rank))
     done = subprocess.run([*map(str, ssh), remote_shell.print_command(path)], check=False)
     if done.returncode:
         raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
@@ -97,10 +98,10 @@ def _run_here(argv: tuple[str, ...]) -> None:
 
 def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:
     """The rank that failed first, from the rank records fetched back from the hosts; else what gcloud said."""
-    if run_folder.hang_folders(run_dir) or run_folder.first_failure(run_dir) is not None:
-        return f"{run_folder.failure_message(run_dir, status)} (fetched from the TPU hosts)"
+    if outcome.hang_folders(run_dir) or outcome.first_failure(run_dir) is not None:
+        return f"{outcome.failure_message(run_dir, status)} (fetched from the TPU hosts)"
     return (f"the job failed on the TPU hosts (gcloud's exit status {status}; after a dropped connection they may "
-            f"still run: python -m launch cancel {run_dir}); rank logs: {job.host_folder}/{run_folder.LOGS} on each TPU host")
+            f"still run: python -m launch cancel {run_dir}); rank logs: {job.host_folder}/{layout.LOGS} on each TPU host")
 
 
 def _job(plan: LaunchPlan) -> GcloudJob:
@@ -166,7 +167,7 @@ class GcloudBackend:
             _run_here(argv)
         return local.execute_here(
             plan, _gcloud_node(plan), detach=detach, record=record, then=job.after_argv, collect=job.collect_argv,
-            follow=f"status {shlex.quote(str(run_dir))}", logs=f"{job.host_folder}/{run_folder.LOGS} on each TPU host",
+            follow=f"status {shlex.quote(str(run_dir))}", logs=f"{job.host_folder}/{layout.LOGS} on each TPU host",
             on_cancel=lambda: _stop_or_warn(record),
             failure=lambda status: _failure(run_dir, job, status))
 
@@ -178,7 +179,7 @@ class GcloudBackend:
 
     def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
         ended = not backends.is_active(self.status(run_dir, state))
-        if ended and not follow and any((run_dir / run_folder.LOGS).glob("rank-*.log")):
+        if ended and not follow and any((run_dir / layout.LOGS).glob("rank-*.log")):
             backends.print_logs_here(run_dir, rank=rank, follow=False)  # fetched from every host at the end
             return
         if rank is None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from launch.backends import State
 from launch.backends.local.job import LocalJob, build
-from launch.core import shell
+from launch.core import layout, shell
 from launch.core.commands import NodeCommand
 from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable
 from launch.core.environment import RUN_DIR
@@ -27,6 +27,7 @@ from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
 from launch.errors import SubmitError, WorkerFailure
+from launch.runs import outcome as run_outcome
 from launch.runs import run_folder
 
 if TYPE_CHECKING:
@@ -96,8 +97,8 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
         except KeyboardInterrupt:
             print("launch: warning: interrupted while collecting the job's files", file=sys.stderr)
     run_folder.close_rank_records(run_dir, cancelled=outcome.cancelled)
-    status, code = run_folder.ended(run_dir, "cancelled" if outcome.cancelled else
-                                    "finished" if outcome.exit_code == 0 else "failed", outcome.exit_code)
+    status, code = run_outcome.ended(run_dir, "cancelled" if outcome.cancelled else
+                                        "finished" if outcome.exit_code == 0 else "failed", outcome.exit_code)
     outcome = replace(outcome, exit_code=code if code is not None else outcome.exit_code)
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     if then and status == "finished":
@@ -138,7 +139,7 @@ def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record:
     launcher.stdin.close()
     deadline = time.monotonic() + START_WAIT_S  # return once the run says it runs: `status` and `logs --follow`
     while time.monotonic() < deadline and launcher.poll() is None:  # right after see it running
-        if (run_folder.read_json(run_dir / run_folder.STATE) or {}).get("launcher_pid") == launcher.pid:
+        if (layout.read_json(run_dir / layout.STATE) or {}).get("launcher_pid") == launcher.pid:
             break
         time.sleep(0.05)
     return launcher.pid
@@ -224,7 +225,7 @@ def _shell_status(returncode: int) -> int:
 
 
 def _write_state(run_dir: Path, **state: object) -> None:
-    run_folder.write_json_atomic(run_dir / run_folder.STATE, {"backend": "local", "updated": time.time(), **state})
+    layout.write_json_atomic(run_dir / layout.STATE, {"backend": "local", "updated": time.time(), **state})
 
 
 def _node_to_json(node: NodeCommand) -> dict[str, object]:
@@ -266,8 +267,8 @@ def execute_here(plan: LaunchPlan, node: NodeCommand, *, detach: bool, follow: s
         raise WorkerFailure(f"the job was cancelled; rank logs: {logs}", exit_status=130)
     if outcome.exit_code != 0:
         raise WorkerFailure(failure(outcome.exit_code), exit_status=outcome.exit_code,
-                            details=run_folder.failure_details(run_dir))
-    print(run_folder.result_summary(run_dir))
+                            details=run_outcome.failure_details(run_dir))
+    print(run_outcome.result_summary(run_dir))
     return 0
 
 
@@ -306,8 +307,8 @@ class LocalBackend:
     def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
         run_dir = Path(plan.run_dir)
         return execute_here(plan, _job(plan).node, detach=detach, follow=f"logs {shlex.quote(str(run_dir))} --follow",
-                            logs=str(run_dir / run_folder.LOGS),
-                            failure=lambda status: run_folder.failure_message(run_dir, status))
+                            logs=str(run_dir / layout.LOGS),
+                            failure=lambda status: run_outcome.failure_message(run_dir, status))
 
     def status(self, run_dir: Path, state: State) -> State:
         return current_status(run_dir, state)

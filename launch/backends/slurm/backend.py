@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 from launch.backends import State
 from launch.backends.slurm.follow import cancel, current_status, follow
 from launch.backends.slurm.state import job_state
+from launch.core import layout
 from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.profile import Profile
 from launch.core.secrets import looks_secret
 from launch.core.strategy import NodeWiring
 from launch.errors import SubmitError, WorkerFailure
-from launch.runs import run_folder
+from launch.runs import outcome, run_folder
 
 if TYPE_CHECKING:
     from launch.backends import ArraySweep
@@ -115,7 +116,7 @@ class SlurmBackend:
         the caller); then follow the job to its end, unless ``detach``."""
         run_dir = Path(plan.run_dir)
         job_id = self.launcher.submit(plan)
-        run_folder.write_json_atomic(run_dir / run_folder.STATE, {"backend": self.name, "job_id": job_id,
+        layout.write_json_atomic(run_dir / layout.STATE, {"backend": self.name, "job_id": job_id,
                                                       "world_size": plan.world_size, "status": "submitted",
                                                       "updated": time.time()})
         print(f"job {job_id} submitted; run dir: {run_dir}", flush=True)
@@ -128,10 +129,10 @@ class SlurmBackend:
             print(f"\nstopped following; job {job_id} goes on. Cancel it with: python -m launch cancel {run_dir}")
             return 130
         if final.state != "COMPLETED" or final.exit_code:
-            status = run_folder.ended(run_dir, "failed", final.exit_code or 1)[1] or 1
-            raise WorkerFailure(f"job {job_id} ended {final.state}: " + run_folder.failure_message(run_dir, status),
-                                exit_status=status, details=run_folder.failure_details(run_dir))
-        print(run_folder.result_summary(run_dir))
+            status = outcome.ended(run_dir, "failed", final.exit_code or 1)[1] or 1
+            raise WorkerFailure(f"job {job_id} ended {final.state}: " + outcome.failure_message(run_dir, status),
+                                exit_status=status, details=outcome.failure_details(run_dir))
+        print(outcome.result_summary(run_dir))
         return 0
 
     def status(self, run_dir: Path, state: State) -> State:

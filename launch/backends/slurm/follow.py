@@ -10,9 +10,10 @@ from pathlib import Path
 
 from launch.backends import State
 from launch.backends.slurm.state import JobState, job_state
+from launch.core import layout
 from launch.core.layout import REQUEUED, REQUEUES
 from launch.errors import SubmitError
-from launch.runs import run_folder
+from launch.runs import merged_logs, outcome, run_folder
 
 POLL_S = 1.0
 ENDED_GRACE_S = 20.0  # every rank has ended this long ago and SLURM still says RUNNING: launch ends the job
@@ -40,10 +41,10 @@ def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str | None:
     SLURM did not answer: ask again, or say ``UNKNOWN_CAUSE``."""
     if state.preempted:
         return "preempted by a job of higher priority"
-    found = run_folder.read_json(run_dir / REQUEUES) or {}
+    found = layout.read_json(run_dir / REQUEUES) or {}
     if str(state.restarts) in found:
         return str(found[str(state.restarts)])
-    said = run_folder.read_json(run_dir / REQUEUED) or {}
+    said = layout.read_json(run_dir / REQUEUED) or {}
     cause: str | None = None
     if said.get("restart") == state.restarts and "cause" in said:
         cause = str(said["cause"])
@@ -53,7 +54,7 @@ def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str | None:
         if down:
             cause = "; ".join(f"node {name} failed ({why})" for name, why in down)
     if cause is not None and state.restarts:
-        run_folder.write_json_atomic(run_dir / REQUEUES, {**found, str(state.restarts): cause})
+        layout.write_json_atomic(run_dir / REQUEUES, {**found, str(state.restarts): cause})
     return cause
 
 
@@ -81,7 +82,7 @@ def _failed_nodes(which: list[str]) -> list[tuple[str, str]] | None:
 
 def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
     """Report the job's state changes and stream rank 0's log until the job ends; record how it ended."""
-    log = run_folder.rank_log_path(run_dir, 0)
+    log = layout.rank_log_path(run_dir, 0)
     position, waiting = 0, WaitingLine(live=sys.stdout.isatty())
     last: tuple[str, str] = ("", "")
     restarts, ran_on = 0, ""
@@ -90,7 +91,7 @@ def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
         current = job_state(job_id)
         if current.state != "PENDING":
             waiting.clear()
-        position = run_folder.copy_new_output(log, position)  # after the state: a job seen finished has written its log
+        position = merged_logs.copy_new_output(log, position)  # after the state: a job seen finished has written its log
         if current.restarts > restarts:
             requeue_seen = requeue_seen or time.monotonic()
             cause = requeue_cause(current, ran_on, run_dir)
@@ -150,7 +151,7 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     what its ranks say it was; the state recorded, or None while the job is not stuck."""
     if current.state != "RUNNING" or current.started is None:
         return None
-    world = (run_folder.read_json(run_dir / run_folder.STATE) or {}).get("world_size")
+    world = (layout.read_json(run_dir / layout.STATE) or {}).get("world_size")
     if not isinstance(world, int):
         return None
     notes = [note for note in run_folder.rank_notes(run_dir) if note.get("time", 0.0) >= current.started - 1]
@@ -162,7 +163,7 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     print(f"job {job_id}: every rank ended over {ENDED_GRACE_S:.0f} s ago, but SLURM still lists the job as "
           "running (a task's end never reached srun: is a node cut off?); ending it", flush=True)
     subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
-    failure = run_folder.first_failure(run_dir)
+    failure = outcome.first_failure(run_dir)
     ended = JobState(state="COMPLETED" if finished else "FAILED", nodes=current.nodes,
                      exit_code=0 if finished else int((failure or {}).get("exit_code") or 1))
     _record(run_dir, job_id, ended, backend)
@@ -172,9 +173,9 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
 def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
     run_folder.close_rank_records(run_dir, cancelled=status == "cancelled")
-    status, exit_code = run_folder.ended(run_dir, status, state.exit_code)
-    world = (run_folder.read_json(run_dir / run_folder.STATE) or {}).get("world_size")
-    run_folder.write_json_atomic(run_dir / run_folder.STATE, {"backend": backend, "job_id": job_id, "status": status,
+    status, exit_code = outcome.ended(run_dir, status, state.exit_code)
+    world = (layout.read_json(run_dir / layout.STATE) or {}).get("world_size")
+    layout.write_json_atomic(run_dir / layout.STATE, {"backend": backend, "job_id": job_id, "status": status,
                                                   "slurm_state": state.state, "exit_code": exit_code,
                                                   "world_size": world, "updated": time.time()})
 
@@ -187,9 +188,9 @@ def current_status(run_dir: Path, state: State) -> State:
     current = job_state(job_id)
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current, str(state.get("backend")))
-        return run_folder.read_json(run_dir / run_folder.STATE) or state
+        return layout.read_json(run_dir / layout.STATE) or state
     if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend"))) is not None:
-        return run_folder.read_json(run_dir / run_folder.STATE) or state
+        return layout.read_json(run_dir / layout.STATE) or state
     shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
         else current.state.lower()
     detail = []

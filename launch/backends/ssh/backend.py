@@ -18,12 +18,13 @@ from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
 from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
 from launch.backends.ssh.job import SshJob, SshNode, build, job_run_dir
+from launch.core import layout
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
 from launch.core.strategy import NodeWiring
 from launch.errors import SubmitError
-from launch.runs import run_folder
+from launch.runs import outcome, run_folder
 
 if TYPE_CHECKING:
     from launch.core.machine import Machine
@@ -90,7 +91,7 @@ def preflight(plan: LaunchPlan) -> None:
     if problems:
         raise SubmitError(f"{plan.profile.source}: cannot run on " + "; ".join(problems),
                           "nothing was started")
-    if (Path(plan.run_dir) / run_folder.STATE).is_file():
+    if (Path(plan.run_dir) / layout.STATE).is_file():
         return  # the same run again: it continues in its folders on the hosts
     held = [node.host for node, done in zip(nodes, outcomes) if done and FOLDER_PRESENT in done.stdout]
     if held:
@@ -119,7 +120,7 @@ def _step_or_fail(argv: tuple[str, ...]) -> None:
 
 def _first_failed_host(run_dir: Path) -> dict[str, object] | None:
     """hosts.json's record of the host whose connection ended with a failure first, if any."""
-    record = run_folder.read_json(run_dir / HOSTS_RECORD) or {}
+    record = layout.read_json(run_dir / HOSTS_RECORD) or {}
     return next((host for host in record.get("hosts", []) if host.get("host") == record.get("first_failure")), None)
 
 
@@ -128,10 +129,10 @@ def failure(run_dir: Path, status: int) -> str:
     connection failed first, in ssh's words."""
     first = _first_failed_host(run_dir)
     lost = first is not None and first.get("ssh_failed")  # its ranks' records may never have come back
-    if (run_folder.hang_folders(run_dir) or run_folder.first_failure(run_dir) is not None) and not lost:
-        return run_folder.failure_message(run_dir, status)
+    if (outcome.hang_folders(run_dir) or outcome.first_failure(run_dir) is not None) and not lost:
+        return outcome.failure_message(run_dir, status)
     if first is None:
-        return f"the job failed with exit status {status}; rank logs: {run_dir / run_folder.LOGS}"
+        return f"the job failed with exit status {status}; rank logs: {run_dir / layout.LOGS}"
     said = (first.get("said") or ["no word from the host"])[-1]
     how = "its ssh connection failed" if first.get("ssh_failed") else f"its command ended with exit status " \
                                                                           f"{first.get('exit_code')}"
@@ -222,7 +223,7 @@ class SshBackend:
         ship(job)
         return local.execute_here(plan, job.node, detach=detach, record=_record(job), stop_grace_s=STOP_GRACE_S,
                                   follow=f"logs {shlex.quote(str(run_dir))} --follow",
-                                  logs=f"{run_dir / run_folder.LOGS} (fetched from {job.host_folder}/logs on every host)",
+                                  logs=f"{run_dir / layout.LOGS} (fetched from {job.host_folder}/logs on every host)",
                                   failure=lambda status: failure(run_dir, status))
 
     def status(self, run_dir: Path, state: State) -> State:
@@ -239,8 +240,8 @@ class SshBackend:
         if state.get("status") == "running":
             local.cancel(run_dir, state)
             deadline = time.monotonic() + CANCEL_WAIT_S
-            while time.monotonic() < deadline and backends.is_active(self.status(run_dir, run_folder.read_json(
-                    run_dir / run_folder.STATE) or {})):
+            while time.monotonic() < deadline and backends.is_active(self.status(run_dir, layout.read_json(
+                    run_dir / layout.STATE) or {})):
                 time.sleep(0.25)
             return True
         if not str(state.get("status", "")).startswith("lost"):
@@ -251,7 +252,7 @@ class SshBackend:
         finally:
             fetch_logs(state)
             run_folder.close_rank_records(run_dir, cancelled=True)
-            run_folder.write_json_atomic(run_dir / run_folder.STATE, {**state, "status": "cancelled", "updated": time.time()})
+            layout.write_json_atomic(run_dir / layout.STATE, {**state, "status": "cancelled", "updated": time.time()})
         return True
 
     def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
