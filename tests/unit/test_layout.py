@@ -1,5 +1,5 @@
-"""The code's layout holds as the README's "Code layout" says: packages import only the layers beneath them (core
-only itself, launchers only core), no two packages import each other, the host side imports no in-job
+"""The code's layout holds as CONTRIBUTING.md's "Code layout" says: packages import only the layers beneath them
+(core only itself, launchers only core), no two packages import each other, the host side imports no in-job
 internals, only backends decide by backend, and modules stay small."""
 
 from __future__ import annotations
