@@ -214,7 +214,8 @@ def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool,
         merged_logs.print_log(layout.rank_log_path(run_dir, rank), rank, still_running=still_running)
 
 
-STACKS_WAIT_S = 15.0  # `launch stacks`: how long every rank has to answer
+# `launch stacks`: how long every rank has to answer (a busy host, or one reached over ssh, takes seconds)
+STACKS_WAIT_S = 30.0
 FETCH_EVERY_S = 2.0  # meanwhile, how often the hosts' stacks are fetched (where they keep their own folders)
 
 

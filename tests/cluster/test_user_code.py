@@ -83,10 +83,14 @@ def test_a_failing_user_script_on_the_cluster_is_named_within_30_s(slurm_cluster
     done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", launcher, "--script", str(PROBE),
                    "--run-dir", str(run_dir), "--", str(tmp_path / "out"), "--fail", fail, "--fail-rank", "3",
                    "--sleep", "300", env=slurm_cluster)
+    reported = time.time()
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert f"rank 3 on n2 failed first {said}" in last and last.endswith(str(run_dir / "logs" / "rank-3.log"))
-    assert time.monotonic() - begun < 45, "queue, start and the report: well within the rank's 300 s sleep"
+    failed = json.loads((run_dir / "logs" / "rank-3.json").read_text())["time"]  # when its supervisor saw it
+    assert reported - failed < 30, "named within 30 s of the failure"
+    # The other ranks sleep for 300 s: the job ended with rank 3, queue and start on a busy machine included.
+    assert time.monotonic() - begun < 200
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 10), "a process of the job was left"
 
 
