@@ -11,7 +11,7 @@ from typing import NoReturn
 import yaml
 
 from launch import follow_up, runner
-from launch.backends import DEFAULT_LAUNCHER, LAUNCHERS, STACKS_WAIT_S, for_profile, load_profile
+from launch.backends import DEFAULT_LAUNCHER, LAUNCHERS, STACKS_WAIT_S, load_profile
 from launch.core.profile_loader import bundled_profile_names, profile_to_mapping
 from launch.errors import LaunchError
 from launch.launchers.strategies import STRATEGIES
@@ -223,9 +223,10 @@ def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
 
 def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:
     from launch.launchers.accelerate_config import print_or_write
+    from launch.planning import node_wiring
 
     profile = load_profile(args.profile)
-    print_or_write(profile, wiring=for_profile(profile).accelerate_wiring, machine_rank=args.machine_rank,
+    print_or_write(profile, wiring=node_wiring(profile), machine_rank=args.machine_rank,
                    output=Path(args.output) if args.output else None)
     return 0
 

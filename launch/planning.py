@@ -10,7 +10,7 @@ from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan, plan_for
 from launch.core.profile import Profile
 from launch.core.snapshot import Snapshot
-from launch.core.strategy import UserConfig
+from launch.core.strategy import NodeWiring, UserConfig
 from launch.launchers import accelerate_config as accelerate_files
 from launch.launchers.strategies import get_strategy
 
@@ -29,15 +29,20 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
                     expand_args=expand_args, accelerate_config=accelerate_config)
 
 
+def node_wiring(profile: Profile) -> NodeWiring | None:
+    """How ``profile``'s backend gives each node's ``accelerate launch`` its rank and the head (the
+    ``accelerate-config`` command's, which takes no launcher: both of SLURM's wire nodes alike)."""
+    return backends.for_profile(profile).accelerate_wiring
+
+
 def render_config(profile: Profile, *, machine_rank: int = 0, user: UserConfig | None = None) -> str:
     """``profile``'s accelerate config (``launch.launchers.accelerate_config.render_config``), wired as its
     backend wires each node."""
-    return accelerate_files.render_config(profile, wiring=backends.for_profile(profile).accelerate_wiring,
-                                          machine_rank=machine_rank, user=user)
+    return accelerate_files.render_config(profile, wiring=node_wiring(profile), machine_rank=machine_rank,
+                                          user=user)
 
 
 def working_command(profile: Profile, *, config_file: str = "CONFIG_FILE", script: str = "SCRIPT.py") -> str | None:
     """The command that runs ``profile``'s accelerate config where the file alone does not
     (``launch.launchers.accelerate_config.working_command``), wired as its backend wires each node."""
-    return accelerate_files.working_command(profile, backends.for_profile(profile).accelerate_wiring,
-                                            config_file=config_file, script=script)
+    return accelerate_files.working_command(profile, node_wiring(profile), config_file=config_file, script=script)

@@ -56,7 +56,7 @@ def wait_for(condition: Callable[[], object], timeout_s: float) -> bool:
     two: a condition is often a ``launch status`` process, and a long wait asking fast takes a core's worth of
     CPU from the job it waits for."""
     deadline = time.monotonic() + timeout_s
-    return _poll(condition, lambda: time.monotonic() < deadline)
+    return _poll(condition, lambda: deadline - time.monotonic())
 
 
 def wait_for_run(condition: Callable[[], object], watched: Path, stall_s: float, limit_s: float = 1800) -> bool:
@@ -65,14 +65,14 @@ def wait_for_run(condition: Callable[[], object], watched: Path, stall_s: float,
     (CI runs four workers on two cores) a job is slow, not stuck: a fixed deadline fails it, a stall does not."""
     deadline, seen, changed_at = time.monotonic() + limit_s, _tree_state(watched), time.monotonic()
 
-    def progressing() -> bool:
+    def left() -> float:
         nonlocal seen, changed_at
         now = _tree_state(watched)
         if now != seen:
             seen, changed_at = now, time.monotonic()
-        return time.monotonic() - changed_at < stall_s and time.monotonic() < deadline
+        return min(changed_at + stall_s, deadline) - time.monotonic()
 
-    return _poll(condition, progressing)
+    return _poll(condition, left)
 
 
 def communicate_while_running(process: subprocess.Popen[str], watched: Path, stall_s: float,
@@ -92,12 +92,13 @@ def communicate_while_running(process: subprocess.Popen[str], watched: Path, sta
     return said[0]
 
 
-def _poll(condition: Callable[[], object], keep_on: Callable[[], bool]) -> bool:
+def _poll(condition: Callable[[], object], left: Callable[[], float]) -> bool:
+    """``condition()`` asked until it holds or ``left()`` (the seconds still to wait) runs out, once more then."""
     pause_s = 0.5
-    while keep_on():
+    while (remaining := left()) > 0:
         if condition():
             return True
-        time.sleep(pause_s)
+        time.sleep(min(pause_s, remaining))
         pause_s = min(pause_s * 1.25, 2.0)
     return bool(condition())
 

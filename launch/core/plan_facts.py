@@ -45,5 +45,5 @@ def read_facts(run_dir: Path) -> PlanFacts:
     """The facts of the run in ``run_dir``; what its plan.json lacks, or holds of the wrong type, stays unknown."""
     recorded = read_json(run_dir / PLAN_FACTS) or {}
     known = {field.name: recorded[field.name] for field in fields(PlanFacts)
-             if isinstance(recorded.get(field.name), type(getattr(PlanFacts(), field.name)))}
+             if isinstance(recorded.get(field.name), type(field.default))}
     return PlanFacts(**known)

@@ -28,7 +28,8 @@ from launch.core.output_file import write_new
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.errors import LaunchError
 
-GPU_OPTIONS = (BY_SBATCH_OPTION["gpus-per-node"].sbatch, *BY_SBATCH_OPTION["gpus-per-node"].same_request)
+_GPUS = BY_SBATCH_OPTION["gpus-per-node"]
+GPU_OPTIONS = (_GPUS.sbatch, *_GPUS.same_request)
 NOT_CARRIED = {"output": "launch writes the job's logs into the run folder", "error": "launch writes the job's "
                "logs into the run folder", "chdir": "launch runs the job from the folder you submit from",
                "ntasks": "launch asks for one task per node or per process itself",

@@ -22,19 +22,18 @@ def _field(key: str) -> Callable[[Profile], object]:
     return lambda profile: getattr(profile.slurm, key)
 
 
-def _text(key: str) -> Callable[[Profile], str | None]:
-    return lambda profile: getattr(profile.slurm, key)
+def _memory_field(key: str) -> Callable[[Profile], str | None]:
+    """sbatch's memory value of a key in GB: a whole node's memory ("all") is 0."""
+    def value(profile: Profile) -> str | None:
+        gigabytes = getattr(profile.slurm, key)
+        return None if gigabytes is None else "0" if gigabytes == "all" else f"{gigabytes}G"
+    return value
 
 
 def gpus_per_node(profile: Profile) -> int | None:
     """GPUs to ask of SLURM per node: the profile's number, else one per process on cuda."""
     asked = profile.slurm.gpus_per_node if profile.slurm is not None else None
     return asked if asked is not None else (profile.procs_per_node if profile.device == "cuda" else None)
-
-
-def _memory(gigabytes: int | str | None) -> str | None:
-    """sbatch's memory value: a whole node's memory is 0."""
-    return None if gigabytes is None else "0" if gigabytes == "all" else f"{gigabytes}G"
 
 
 def _cpus_per_node_task(profile: Profile) -> str | None:
@@ -55,8 +54,8 @@ class AllocationKey:
     key: str  # the field of SlurmSection, as a profile writes it
     sbatch: str  # the #SBATCH long option it becomes
     submitit: str  # the submitit.SlurmExecutor parameter it becomes
-    sbatch_value: Callable[[Profile], str | None]  # the #SBATCH value; None: not asked
-    submitit_value: Callable[[Profile], object]  # the executor's value; None: not asked
+    sbatch_value: Callable[[Profile], object]  # the #SBATCH value; None: not asked
+    submitit_value: Callable[[Profile], object] | None = None  # the executor's value (None: the #SBATCH value)
     from_script: Callable[[str], object] | None = None  # an #SBATCH value as the profile's value (from-sbatch)
     flag: bool = False  # a bare option (--exclusive): no value
     text: bool = False  # free text that becomes an #SBATCH line: one line, no control characters
@@ -65,25 +64,22 @@ class AllocationKey:
 
 
 ALLOCATION: tuple[AllocationKey, ...] = (
-    AllocationKey(key="partition", sbatch="partition", submitit="partition", sbatch_value=_text("partition"),
-                  submitit_value=_field("partition"), from_script=str, text=True),
-    AllocationKey(key="account", sbatch="account", submitit="account", sbatch_value=_text("account"),
-                  submitit_value=_field("account"), from_script=str, text=True),
-    AllocationKey(key="qos", sbatch="qos", submitit="qos", sbatch_value=_text("qos"), submitit_value=_field("qos"),
+    AllocationKey(key="partition", sbatch="partition", submitit="partition", sbatch_value=_field("partition"),
                   from_script=str, text=True),
+    AllocationKey(key="account", sbatch="account", submitit="account", sbatch_value=_field("account"),
+                  from_script=str, text=True),
+    AllocationKey(key="qos", sbatch="qos", submitit="qos", sbatch_value=_field("qos"), from_script=str, text=True),
     AllocationKey(key="cpus_per_task", sbatch="cpus-per-task", submitit="cpus_per_task",
                   sbatch_value=_cpus_per_node_task, submitit_value=_field("cpus_per_task"), from_script=_count,
                   count=True),
-    AllocationKey(key="mem_gb", sbatch="mem", submitit="mem",
-                  sbatch_value=lambda profile: _memory(profile.slurm.mem_gb if profile.slurm else None),
-                  submitit_value=lambda profile: _memory(profile.slurm.mem_gb if profile.slurm else None),
+    AllocationKey(key="mem_gb", sbatch="mem", submitit="mem", sbatch_value=_memory_field("mem_gb"),
                   from_script=sbatch_text.gigabytes, same_request=("mem-per-cpu", "mem-per-gpu")),
     AllocationKey(key="gpus_per_node", sbatch="gpus-per-node", submitit="gpus_per_node",
                   sbatch_value=lambda profile: str(gpus) if (gpus := gpus_per_node(profile)) else None,
                   submitit_value=lambda profile: gpus_per_node(profile) or None,
                   same_request=("gpus", "gres", "gpus-per-task")),
-    AllocationKey(key="constraint", sbatch="constraint", submitit="constraint", sbatch_value=_text("constraint"),
-                  submitit_value=_field("constraint"), from_script=str, text=True),
+    AllocationKey(key="constraint", sbatch="constraint", submitit="constraint", sbatch_value=_field("constraint"),
+                  from_script=str, text=True),
     AllocationKey(key="exclusive", sbatch="exclusive", submitit="exclusive",
                   sbatch_value=lambda profile: "" if profile.slurm is not None and profile.slurm.exclusive else None,
                   submitit_value=lambda profile: True if profile.slurm is not None and profile.slurm.exclusive
@@ -95,12 +91,12 @@ BY_SBATCH_OPTION = {row.sbatch: row for row in ALLOCATION}
 def sbatch_allocation(profile: Profile) -> list[tuple[str, str | None]]:
     """The allocation's ``#SBATCH`` options, as (name, value) pairs in the table's order; value None for a flag."""
     found = [(row, row.sbatch_value(profile)) for row in ALLOCATION]
-    return [(row.sbatch, None if row.flag else value) for row, value in found if value is not None]
+    return [(row.sbatch, None if row.flag else str(value)) for row, value in found if value is not None]
 
 
 def submitit_allocation(profile: Profile) -> list[tuple[str, object]]:
     """The allocation's ``SlurmExecutor`` parameters, in the table's order."""
-    found = [(row.submitit, row.submitit_value(profile)) for row in ALLOCATION]
+    found = [(row.submitit, (row.submitit_value or row.sbatch_value)(profile)) for row in ALLOCATION]
     return [(name, value) for name, value in found if value is not None]
 
 
