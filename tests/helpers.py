@@ -59,20 +59,25 @@ def wait_for(condition: Callable[[], object], timeout_s: float) -> bool:
     return _poll(condition, lambda: deadline - time.monotonic())
 
 
-def wait_for_run(condition: Callable[[], object], watched: Path, stall_s: float, limit_s: float = 1800) -> bool:
+def wait_for_run(condition: Callable[[], object], watched: Path, stall_s: float = 180, limit_s: float = 1800,
+                 every_s: float | None = None) -> bool:
     """Whether ``condition()`` became true before the job it waits on stalled: nothing under ``watched`` (its run
     folder: logs, metrics, checkpoints) changed for ``stall_s``, or ``limit_s`` passed in all. On a busy machine
-    (CI runs four workers on two cores) a job is slow, not stuck: a fixed deadline fails it, a stall does not."""
+    (CI runs four workers on two cores) a job is slow, not stuck: a fixed deadline fails it, a stall does not.
+    ``every_s`` asks the condition that often (a moment that passes fast, such as a checkpoint to act on); the
+    folder is looked at once a second at most."""
     deadline, seen, changed_at = time.monotonic() + limit_s, _tree_state(watched), time.monotonic()
+    looked_at = changed_at
 
     def left() -> float:
-        nonlocal seen, changed_at
-        now = _tree_state(watched)
-        if now != seen:
-            seen, changed_at = now, time.monotonic()
+        nonlocal seen, changed_at, looked_at
+        if time.monotonic() - looked_at >= 1:
+            now, looked_at = _tree_state(watched), time.monotonic()
+            if now != seen:
+                seen, changed_at = now, looked_at
         return min(changed_at + stall_s, deadline) - time.monotonic()
 
-    return _poll(condition, left)
+    return _poll(condition, left, *((every_s, every_s) if every_s else ()))
 
 
 def communicate_while_running(process: subprocess.Popen[str], watched: Path, stall_s: float,
@@ -92,14 +97,15 @@ def communicate_while_running(process: subprocess.Popen[str], watched: Path, sta
     return said[0]
 
 
-def _poll(condition: Callable[[], object], left: Callable[[], float]) -> bool:
-    """``condition()`` asked until it holds or ``left()`` (the seconds still to wait) runs out, once more then."""
-    pause_s = 0.5
+def _poll(condition: Callable[[], object], left: Callable[[], float], pause_s: float = 0.5,
+          longest_s: float = 2.0) -> bool:
+    """``condition()`` asked until it holds or ``left()`` (the seconds still to wait) runs out, once more then;
+    the pause between asks grows from ``pause_s`` to ``longest_s``."""
     while (remaining := left()) > 0:
         if condition():
             return True
         time.sleep(min(pause_s, remaining))
-        pause_s = min(pause_s * 1.25, 2.0)
+        pause_s = min(pause_s * 1.25, longest_s)
     return bool(condition())
 
 

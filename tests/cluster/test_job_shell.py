@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.check_table import rows
-from tests.helpers import make_venv, run_cli, wait_for
+from tests.helpers import make_venv, run_cli, wait_for, wait_for_run
 from tests.user_code_runs import PROBE
 
 MODULE = "#%Module\nsetenv SITE_MODULE launchtest-1.0\n"
@@ -158,7 +158,7 @@ def test_after_runs_when_the_job_is_cancelled(second_pair, module_site, tmp_path
                       "--run-dir", str(run_dir), "--detach", "--", str(out), "--sleep", "120", "--no-torch",
                       env=second_pair.env, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
-    assert wait_for(lambda: len(list(out.glob("rank-*.json"))) == 4, 120), "the ranks started"
+    assert wait_for_run(lambda: len(list(out.glob("rank-*.json"))) == 4, run_dir), "the ranks started"
     assert run_cli("cancel", str(run_dir), env=second_pair.env).returncode == 0
     assert wait_for(lambda: (run_dir / "after.txt").is_file(), 60), "after ran once the job was cancelled"
     assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=second_pair.env).stdout, 60)

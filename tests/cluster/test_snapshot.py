@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli, wait_for
+from tests.helpers import run_cli, wait_for_run
 from tests.projects import TRAIN, make_project
 
 
@@ -30,7 +30,7 @@ def test_a_queued_job_runs_the_code_as_submitted(slurm_cluster, tmp_path: Path, 
         (project / "train.py").unlink()
     finally:
         subprocess.run(["scancel", blocker.stdout.strip()], env=env, check=True)
-    assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, 120)
+    assert wait_for_run(lambda: ": finished" in run_cli("status", str(run_dir), env=slurm_cluster).stdout, run_dir)
     log = run_cli("logs", str(run_dir), env=slurm_cluster).stdout
     assert "rank 0 runs the code as submitted" in log
     assert (run_dir / "code" / "train.py").read_text() == TRAIN, "the copy stays in the run folder"

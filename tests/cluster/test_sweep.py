@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, run_cli, wait_for_run
 
 POINT = ROOT / "tests" / "user_code" / "sweep_point.py"
 
@@ -40,18 +40,19 @@ def test_a_sweep_is_one_job_array_and_retry_runs_only_its_failed_point(  # type:
     array = re.search(r"job array (\d+) submitted: 4 point", started.stdout).group(1)  # type: ignore[union-attr]
     assert f"ArrayTaskThrottle={parallel}" in subprocess.run(["scontrol", "show", "job", array], capture_output=True,
                                                              text=True, timeout=60, env=env).stdout
-    most = 0
-    deadline = time.monotonic() + 600
+    most, shown, looks = 0, "", itertools.count()
     ended = {"finished", "failed", "cancelled"}  # any other state (pending, running, completing ...) goes on
-    for looked in itertools.count():
+
+    def all_ended() -> bool:
+        nonlocal most, shown
         most = max(most, _array_running(env, array))  # squeue, twice a second: an element runs for 4 s at least
-        if looked % 6 == 0:  # `launch status` (a Python process) every 3 s: the sweep's CPU is scarce here
-            shown = run_cli("status", str(sweep_dir), env=slurm_cluster).stdout
-            states = [line.split()[3] for line in shown.splitlines()[1:]]
-            if len(states) == 4 and set(states) <= ended:
-                break
-        assert time.monotonic() < deadline, shown
-        time.sleep(0.5)
+        if next(looks) % 6:  # `launch status` (a Python process) every 3 s: the sweep's CPU is scarce here
+            return False
+        shown = run_cli("status", str(sweep_dir), env=slurm_cluster).stdout
+        states = [line.split()[3] for line in shown.splitlines()[1:]]
+        return len(states) == 4 and set(states) <= ended
+
+    assert wait_for_run(all_ended, sweep_dir, every_s=0.5), shown
     assert most == parallel, f"{most} elements ran at once, with --max-parallel {parallel}"
     states = [line.split()[3] for line in shown.splitlines()[1:]]
     assert states == ["finished", "finished", "finished", "failed"], shown  # point 3 is lr=0.2 seed=4
@@ -90,19 +91,21 @@ def test_one_point_requeued_leaves_the_other_running(slurm_cluster, tmp_path: Pa
     assert started.returncode == 0, started.stdout + started.stderr
     array = re.search(r"job array (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
     logs = [sweep_dir / name / "logs" / "rank-0.log" for name in ("p000-steps=60", "p001-steps=61")]
-    deadline = time.monotonic() + 180
     stepping = [sweep_dir / name / "metrics.jsonl" for name in ("p000-steps=60", "p001-steps=61")]
-    while not all(path.is_file() for path in stepping) or _array_running(env, array) < 2:
-        assert time.monotonic() < deadline, "both points never ran at once"
-        time.sleep(0.5)
+    assert wait_for_run(lambda: all(path.is_file() for path in stepping) and _array_running(env, array) >= 2,
+                        sweep_dir, every_s=0.5), "both points never ran at once"
     time.sleep(1)  # both train: they watch their stop signals
     subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True, capture_output=True, timeout=60, env=env)
     finished = run_cli("sweep", "retry", str(sweep_dir), "--failed", env=slurm_cluster, cwd=tmp_path)
     assert finished.returncode == 2 and "no point failed (still running: 0" in finished.stderr, finished.stderr
-    deadline = time.monotonic() + 300
-    while (shown := run_cli("status", str(sweep_dir), env=slurm_cluster).stdout).count(" finished ") < 2:
-        assert time.monotonic() < deadline, shown
-        time.sleep(3)
+    shown = ""
+
+    def both_finished() -> bool:
+        nonlocal shown
+        shown = run_cli("status", str(sweep_dir), env=slurm_cluster).stdout
+        return shown.count(" finished ") == 2
+
+    assert wait_for_run(both_finished, sweep_dir, every_s=3), shown
     assert re.search(r"resumed from step \d+", logs[0].read_text()), "the requeued point continued from its stop"
     assert "resumed from step" not in logs[1].read_text(), "the other point ran once, untouched"
     shows = [subprocess.run(["scontrol", "show", "job", f"{array}_{index}"], capture_output=True, text=True,

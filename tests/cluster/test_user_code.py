@@ -133,7 +133,7 @@ def test_a_user_script_without_the_runtime_api_is_ended_by_scancel_within_second
     started = run_cli("submit", "--profile", "slurm-local-2x2", "--script", str(PROBE), "--run-dir", str(run_dir),
                       "--detach", "--", str(tmp_path / "out"), "--sleep", "300", env=slurm_cluster)
     assert started.returncode == 0, started.stderr
-    assert wait_for(lambda: len(list((tmp_path / "out").glob("rank-*.json"))) == 4, 120)
+    assert wait_for_run(lambda: len(list((tmp_path / "out").glob("rank-*.json"))) == 4, run_dir)
     begun = time.monotonic()
     assert run_cli("cancel", str(run_dir), env=slurm_cluster).returncode == 0
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30)

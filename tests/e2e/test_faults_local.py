@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, free_port, processes_mentioning, run_cli, wait_for
+from tests.helpers import ROOT, free_port, processes_mentioning, run_cli, wait_for, wait_for_run
 
 # 63 steps make an epoch at world size 2 and batch 64: 70 steps cross an epoch boundary.
 # Written in the background (what auto chooses on an accelerator or with a spare core); one test writes in sync.
@@ -34,12 +34,10 @@ def _checkpoint_step(run_dir: Path) -> int:
         return -1
 
 
-def _kill_rank_once_checkpointed(run_dir: Path, rank: int, step: int, timeout_s: float = 120) -> None:
+def _kill_rank_once_checkpointed(run_dir: Path, rank: int, step: int) -> None:
     """SIGKILL one worker (from outside, as the OOM killer would) once a checkpoint at ``step`` or later exists."""
-    deadline = time.monotonic() + timeout_s
-    while _checkpoint_step(run_dir) < step:
-        assert time.monotonic() < deadline, "no checkpoint appeared"
-        time.sleep(0.02)
+    assert wait_for_run(lambda: _checkpoint_step(run_dir) >= step, run_dir, every_s=0.02), \
+        f"no checkpoint at step {step} appeared: the run stalled at step {_checkpoint_step(run_dir)}"
     os.kill(json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text())["pid"], signal.SIGKILL)
 
 
@@ -61,7 +59,7 @@ def test_a_killed_run_resubmitted_ends_with_the_same_steps_and_parameters(uninte
     started = run_cli(*_submit_args(run_dir, "--detach"))
     assert started.returncode == 0, started.stderr
     _kill_rank_once_checkpointed(run_dir, rank=1, step=20)
-    assert wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    assert wait_for_run(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, run_dir)
     assert not (run_dir / "result.json").exists()
 
     again = run_cli(*_submit_args(run_dir))  # the same plan, into the same folder: it continues
@@ -85,7 +83,7 @@ def test_accelerate_killed_and_resubmitted_ends_with_the_parameters_of_an_uninte
     assert run_cli(*_submit_args(straight, strategy="accelerate", train=train)).returncode == 0
     assert run_cli(*_submit_args(run_dir, "--detach", strategy="accelerate", train=train)).returncode == 0
     _kill_rank_once_checkpointed(run_dir, rank=0, step=30)
-    assert wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    assert wait_for_run(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, run_dir)
     again = run_cli(*_submit_args(run_dir, strategy="accelerate", train=train))
     assert again.returncode == 0, again.stderr[-2000:]
     assert 30 <= _result(run_dir)["resumed_from_step"] < 50 and _result(run_dir)["steps"] == 50
@@ -103,7 +101,7 @@ def test_resuming_from_an_epoch_end_or_from_the_last_step_trains_no_step_twice(u
     command = [*launch, *train]
     assert run_cli(*launch, "--detach", *train).returncode == 0
     _kill_rank_once_checkpointed(run_dir, rank=1, step=63)
-    assert wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    assert wait_for_run(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, run_dir)
     assert run_cli(*command).returncode == 0
     assert _result(run_dir)["resumed_from_step"] == 63
     assert _result(run_dir)["param_digests"] == uninterrupted["param_digests"]
@@ -134,7 +132,7 @@ def _start_long_job(run_dir: Path) -> subprocess.Popen[str]:
     job = subprocess.Popen([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "ddp",
                             "--run-dir", str(run_dir), "--", "--epochs", "50"], cwd=ROOT,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert wait_for(lambda: (run_dir / "logs" / "rank-1.json").is_file(), 120)
+    assert wait_for_run(lambda: (run_dir / "logs" / "rank-1.json").is_file(), run_dir)
     return job
 
 
@@ -236,7 +234,7 @@ def test_secrets_reach_the_workers_and_no_file_of_the_run(write_profile, tmp_pat
     started = run_cli("submit", *command, "--detach", "--", "--epochs", "50", "--log-every", "5", env=SECRETS)
     assert started.returncode == 0, started.stderr
     log = run_dir / "logs" / "rank-1.log"
-    assert wait_for(lambda: log.is_file() and "environment from the plan" in log.read_text(), 120)
+    assert wait_for_run(lambda: log.is_file() and "environment from the plan" in log.read_text(), run_dir)
     worker = json.loads((run_dir / "logs" / "rank-1.json").read_text())["pid"]
     received = dict(item.split("=", 1) for item in Path(f"/proc/{worker}/environ").read_text().split("\0") if "=" in item)
     assert {name: received.get(name) for name in SECRETS} == SECRETS and received["API_KEY"] == PROFILE_SECRET
@@ -317,17 +315,20 @@ def test_a_rank_killed_in_the_middle_of_a_background_write_leaves_the_previous_c
     train = ["--", str(out), "--steps", "8", "--megabytes", "300"]
     assert run_cli(*launch, "--detach", *train).returncode == 0
     full_size = 300 * 2**20
-    deadline = time.monotonic() + 120
-    while True:
-        assert time.monotonic() < deadline, "no write in flight was seen after a published checkpoint"
-        partial = [staged / "state.pt" for staged in (run_dir / "checkpoints").glob(".step-*.tmp")
-                   if (staged / "state.pt").is_file()]
-        if _checkpoint_step(run_dir) >= 1 and partial and 0 < partial[0].stat().st_size < full_size:
-            os.kill(json.loads((run_dir / "logs" / "rank-0.json").read_text())["pid"], signal.SIGKILL)
-            break
-        time.sleep(0.002)
+    partial: list[Path] = []
+
+    def in_flight() -> bool:
+        partial[:] = [staged / "state.pt" for staged in (run_dir / "checkpoints").glob(".step-*.tmp")
+                      if (staged / "state.pt").is_file()]
+        try:
+            return _checkpoint_step(run_dir) >= 1 and bool(partial) and 0 < partial[0].stat().st_size < full_size
+        except OSError:  # published between the look and the stat
+            return False
+
+    assert wait_for_run(in_flight, run_dir, every_s=0.002), "no write in flight was seen after a published checkpoint"
+    os.kill(json.loads((run_dir / "logs" / "rank-0.json").read_text())["pid"], signal.SIGKILL)
     killed_step = int(partial[0].parent.name.split("-")[1].split(".")[0])
-    assert wait_for(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, 60)
+    assert wait_for_run(lambda: ": failed" in run_cli("status", str(run_dir)).stdout, run_dir)
     assert partial[0].stat().st_size < full_size, "the write was cut short"
     published = _checkpoint_step(run_dir)
     assert published == killed_step - 1, "the checkpoint before the cut write is the one in use"

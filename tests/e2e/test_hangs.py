@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch.ui.run_views import Folders, Reader
-from tests.helpers import ROOT, USER_CODE, processes_mentioning, run_cli, wait_for
+from tests.helpers import ROOT, USER_CODE, processes_mentioning, run_cli, wait_for, wait_for_run
 
 HANG = str(USER_CODE / "hang.py")
 
@@ -64,7 +64,7 @@ def test_stacks_name_the_sleeping_rank_and_the_watchdog_ends_the_job_as_hung(tmp
                                "--script", HANG, "--run-dir", str(run_dir), "--hang-timeout", "20",
                                "--max-restarts", "2", "--", "--where", "sleep"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: _stuck(run_dir), 120)
+        assert wait_for_run(lambda: _stuck(run_dir), run_dir)
         hung_at = time.monotonic()
         shown = _stacks(run_dir)
         first, second = _groups(shown)
@@ -108,7 +108,7 @@ def test_stacks_reach_the_dataloader_worker_that_waits_on_a_lock(tmp_path: Path)
     started = run_cli("submit", "--profile", str(_profile(tmp_path)), "--script", HANG, "--run-dir", str(run_dir),
                       "--hang-timeout", "20", "--detach", "--", "--where", "loader")
     assert started.returncode == 0, started.stderr
-    assert wait_for(lambda: _stuck(run_dir), 120)
+    assert wait_for_run(lambda: _stuck(run_dir), run_dir)
     hung_at = time.monotonic()
     shown = _stacks(run_dir)
     first = _groups(shown)[0]
@@ -124,7 +124,7 @@ def test_stacks_reach_the_dataloader_worker_that_waits_on_a_lock(tmp_path: Path)
 
 def test_a_slow_job_that_reports_progress_is_not_called_hung(slow_job: Path) -> None:
     """Steps of 30 s with job.heartbeat() every 5 s between, under a 20 s hang timeout: the job finishes."""
-    assert wait_for(lambda: ": running" not in run_cli("status", str(slow_job)).stdout, 120)
+    assert wait_for_run(lambda: ": running" not in run_cli("status", str(slow_job)).stdout, slow_job)
     status = run_cli("status", str(slow_job)).stdout
     assert ": finished" in status, status + (slow_job / "logs" / "rank-0.log").read_text()[-2000:]
     assert json.loads((slow_job / "result.json").read_text()) == {"steps": 2}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import run_cli, wait_for
+from tests.helpers import run_cli, wait_for, wait_for_run
 from tests.user_code_runs import PROBE, probes
 
 
@@ -44,7 +44,7 @@ def test_after_runs_when_a_local_job_is_cancelled(tmp_path: Path) -> None:
     started = run_cli("submit", "--profile", str(_profile(tmp_path)), "--script", str(PROBE), "--run-dir",
                       str(run_dir), "--detach", "--", str(out), "--sleep", "120", "--no-torch", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
-    assert wait_for(lambda: len(list(out.glob("rank-*.json"))) == 2, 120), "the ranks started"
+    assert wait_for_run(lambda: len(list(out.glob("rank-*.json"))) == 2, run_dir), "the ranks started"
     assert run_cli("cancel", str(run_dir)).returncode == 0
     assert wait_for(lambda: (tmp_path / "after.txt").is_file(), 60), "after ran once the job was cancelled"
     assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir)).stdout, 60)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, write_idx
+from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, wait_for_run, write_idx
 from train.synthetic_digits import make_digits
 
 RESULT_FIELDS = {"strategy", "profile", "world_size", "num_nodes", "epochs", "steps", "train_loss", "eval_loss",
@@ -89,7 +89,7 @@ def _start_foreground(run_dir: Path) -> subprocess.Popen[str]:
                                 "ddp", "--run-dir", str(run_dir), "--", "--epochs", "50", "--log-every", "5"],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log = run_dir / "logs" / "rank-0.log"
-    assert wait_for(lambda: log.is_file() and "step 5/" in log.read_text(), 120)
+    assert wait_for_run(lambda: log.is_file() and "step 5/" in log.read_text(), run_dir)
     return process
 
 
@@ -118,7 +118,7 @@ def test_detach_status_logs_and_cancel(tmp_path: Path) -> None:
     assert started.returncode == 0, started.stderr
     assert "started in the background" in started.stdout
     log = run_dir / "logs" / "rank-0.log"
-    assert wait_for(lambda: log.is_file() and "step 5/" in log.read_text(), 120), started.stdout
+    assert wait_for_run(lambda: log.is_file() and "step 5/" in log.read_text(), run_dir), started.stdout
 
     status = run_cli("status", str(run_dir))
     assert status.returncode == 0 and ": running" in status.stdout

@@ -24,7 +24,7 @@ from launch.backends.remote_shell import host_run_dir
 from launch.core.entrypoint import Target
 from launch.core.snapshot import Snapshot
 from launch.planning import build_plan
-from tests.helpers import ROOT, free_port, run_cli
+from tests.helpers import ROOT, free_port, run_cli, wait_for_run
 from tests.tpu_plans import tpu_plan
 
 WORKERS = 4
@@ -205,10 +205,8 @@ def test_cancel_stops_gcloud_here_and_the_run_on_every_host(fake_cloud) -> None:
     started = run_cli("submit", "--profile", str(profile), "--strategy", "ddp", "--run-dir", str(run_dir),
                       "--detach", cwd=tmp_path, env=env)
     assert started.returncode == 0, started.stderr
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / "hosts" / f"worker-{i}" / "host-python.json").exists() for i in range(WORKERS)):
-        assert time.monotonic() < deadline, "the hosts never started"
-        time.sleep(0.2)
+    assert wait_for_run(lambda: all((tmp_path / "hosts" / f"worker-{i}" / "host-python.json").exists()
+                                    for i in range(WORKERS)), tmp_path / "hosts"), "the hosts never started"
     pids = [_host_record(tmp_path, worker)["pid"] for worker in range(WORKERS)]
     assert run_cli("status", str(run_dir), cwd=tmp_path, env=env).stdout.strip().endswith("running")
     shown = run_cli("logs", str(run_dir), "--rank", "4", cwd=tmp_path, env=env)  # while it runs: from its host
@@ -384,10 +382,8 @@ def test_stacks_come_back_from_every_host_of_a_pod(tmp_path: Path, write_profile
     try:
         logs = [tmp_path / "hosts" / f"worker-{worker}" / "project" / host_run_dir(str(run_dir)) / "logs" /
                 f"rank-{4 * worker}.log" for worker in range(2)]
-        deadline = time.monotonic() + 60
-        while not all(log.is_file() and "started" in log.read_text() for log in logs):
-            assert time.monotonic() < deadline, "the hosts' ranks never started"
-            time.sleep(0.2)
+        assert wait_for_run(lambda: all(log.is_file() and "started" in log.read_text() for log in logs),
+                            tmp_path / "hosts"), "the hosts' ranks never started"
         shown = run_cli("stacks", str(run_dir), "--wait", "20", cwd=project, env=env)
         assert shown.returncode == 0, shown.stdout + shown.stderr
         groups = [line for line in shown.stdout.splitlines() if line.startswith("rank ")]
