@@ -248,7 +248,7 @@ def sweep_plan(request: Request, grid: Grid, *, max_parallel: int | None, for_su
                               for point in grid.points()])
     profile = chosen.profile
     parallel = max_parallel
-    if not chosen.backend.runs_arrays:  # here: one at a time unless asked, never past the cores
+    if chosen.backend.arrays is None:  # here: one at a time unless asked, never past the cores
         parallel = sweep.local_parallelism(parallel or 1, profile, own_hosts=chosen.backend.own_hosts)
         if for_submit and max_parallel and parallel < max_parallel:
             print(f"--max-parallel {max_parallel}: {parallel} at a time here ({sweep.why_fewer(profile)})")

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from launch.backends.slurm.options import DEFAULT_LAUNCHER, LAUNCHERS
 from launch.core import layout, profile_loader
@@ -30,11 +30,16 @@ from launch.runs import merged_logs, run_folder
 if TYPE_CHECKING:
     from launch.core.commands import PlanFile
     from launch.core.machine import Machine
-    from launch.core.plan import LaunchPlan, PlanInputs
+    from launch.core.plan import BackendJob, LaunchPlan, PlanInputs
     from launch.core.profile import Profile
     from launch.core.strategy import NodeWiring
 
 State = dict[str, Any]
+JobT = TypeVar("JobT", bound="BackendJob")  # a backend's own job (SbatchJob, LocalJob ...)
+JobT_co = TypeVar("JobT_co", bound="BackendJob", covariant=True)
+JobT_contra = TypeVar("JobT_contra", bound="BackendJob", contravariant=True)
+ArrayT = TypeVar("ArrayT", bound="BackendArray")
+ArrayT_co = TypeVar("ArrayT_co", bound="BackendArray", covariant=True)
 
 BACKENDS: dict[str, str] = {  # name -> "module:object"
     "local": "launch.backends.local.backend:BACKEND",
@@ -54,20 +59,42 @@ ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "reque
 
 
 class BackendArray(Protocol):
-    """A backend's job array for a sweep (``Backend.array``): the files written into the sweep folder."""
+    """A backend's job array for a sweep (``JobArrays.array``): the files written into the sweep folder."""
 
-    files: tuple[PlanFile, ...]
+    @property
+    def files(self) -> tuple[PlanFile, ...]: ...
 
 
-class ArraySweep(Protocol):
+class ArraySweep(Protocol[JobT_co, ArrayT_co]):
     """What a backend's array methods read of a sweep (``launch.sweeps.sweep_plan.SweepPlan`` has it)."""
 
-    plans: tuple[LaunchPlan, ...]  # one per point, in the points' order
-    max_parallel: int  # points running at once
-    array: BackendArray | None  # this backend's array (``Backend.array``)
+    @property
+    def plans(self) -> tuple[LaunchPlan[JobT_co], ...]: ...  # one per point, in the points' order
+
+    @property
+    def max_parallel(self) -> int: ...  # points running at once
+
+    @property
+    def array(self) -> ArrayT_co: ...  # this backend's array (``JobArrays.array``)
 
 
-class Backend(Protocol):
+class JobArrays(Protocol[JobT_contra, ArrayT]):
+    """How a backend sends a sweep's points to its scheduler as one job array (``Backend.arrays``)."""
+
+    def array(self, plans: Sequence[LaunchPlan[JobT_contra]], folder: str, parallel: int) -> ArrayT:
+        """The sweep's points as one job array: its files, written into the sweep folder ``folder``."""
+
+    def render_array(self, sweep: ArraySweep[JobT_contra, ArrayT]) -> list[str]:
+        """The array's part of ``sweep --dry-run``."""
+
+    def submit_array(self, sweep: ArraySweep[JobT_contra, ArrayT], indices: tuple[int, ...]) -> dict[int, str]:
+        """Submit the points ``indices`` as one array: each point's job id."""
+
+
+class Backend(Protocol[JobT]):
+    """Where and how a plan runs, typed by its job (``Backend[SbatchJob]``): each backend module's ``BACKEND`` is
+    declared as one, so that a method it lacks, or a plan of another backend's job, is a type error."""
+
     name: str
     # The job runs on hosts with their own copy of the project, Python, environment and run folder (TPU hosts
     # through gcloud): the code, secrets and checkpoints are checked there, not here.
@@ -81,34 +108,26 @@ class Backend(Protocol):
     restarts_workers: bool  # torchrun may restart a failed node's workers in place (--max-restarts)
     continue_hint: str  # where it does not: how a job of this backend continues instead
     runs_notebooks: bool  # notebook.run can start its processes (forked from the notebook, on this machine)
-    runs_arrays: bool  # a sweep's points go to the scheduler as one job array (else the sweep runs them itself)
+    # A sweep's points go to the scheduler as one job array; None: the sweep runs them itself, from here.
+    arrays: JobArrays[JobT, Any] | None
     accelerate_wiring: NodeWiring | None  # how each node's `accelerate launch` learns its rank and the head
 
     def doctor_needs(self, machine: Machine) -> list[str]:
         """What this machine lacks to submit to this backend, beyond what every backend needs (``launch doctor``)."""
 
-    def build(self, inputs: PlanInputs) -> LaunchPlan:
+    def build(self, inputs: PlanInputs) -> LaunchPlan[JobT]:
         """The plan with this backend's job (pure)."""
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         """Where the job's processes find the run folder: ``run_dir`` here, or its folder on the hosts."""
 
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> BackendArray | None:
-        """A sweep's points as one job array (its files), where the backend runs arrays; else None."""
-
-    def render_array(self, sweep: ArraySweep) -> list[str]:
-        """The array's part of ``sweep --dry-run`` (backends that run arrays)."""
-
-    def submit_array(self, sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
-        """Submit the points ``indices`` as one array: each point's job id (backends that run arrays)."""
-
-    def render(self, plan: LaunchPlan) -> list[str]:
+    def render(self, plan: LaunchPlan[JobT]) -> list[str]:
         """The job's part of ``render``: what is run where, and how it is handed over."""
 
-    def preflight(self, plan: LaunchPlan) -> None:
+    def preflight(self, plan: LaunchPlan[JobT]) -> None:
         """Fail (SubmitError) before anything is written or queued when this machine cannot run the plan."""
 
-    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+    def execute(self, plan: LaunchPlan[JobT], *, detach: bool) -> int:
         """Run the plan (the run folder is ready); its exit status, or WorkerFailure naming the first failure."""
 
     def status(self, run_dir: Path, state: State) -> State:
@@ -132,7 +151,7 @@ class Backend(Protocol):
         """Bring what the ranks wrote (logs, stacks) into the run folder here, where their hosts keep their own."""
 
 
-def render_text(plan: LaunchPlan) -> str:
+def render_text(plan: LaunchPlan[Any]) -> str:
     """The plan as ``render`` prints it and its run folder keeps it (plan.txt): its own lines, then its job's."""
     from launch.core.plan_text import plan_lines
 
@@ -156,13 +175,14 @@ def chooses_launcher(profile: Profile) -> bool:
     return len({name_for(profile, launcher) for launcher in LAUNCHERS}) > 1
 
 
-def for_profile(profile: Profile, launcher: str | None = None) -> Backend:
+def for_profile(profile: Profile, launcher: str | None = None) -> Backend[Any]:
     return get(name_for(profile, launcher))
 
 
-def get(name: str) -> Backend:
+def get(name: str) -> Backend[Any]:
+    """The backend ``name`` (its module imported now: ``render`` pays for no other backend's imports)."""
     module, _, attribute = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+    return cast("Backend[Any]", getattr(importlib.import_module(module), attribute))
 
 
 def section_rules(section: str) -> SectionRules:
@@ -176,7 +196,7 @@ def load_profile(name_or_path: str) -> Profile:
     return profile_loader.load_profile(name_or_path, section_rules)
 
 
-def recorded(run_dir: Path) -> tuple[Backend, State]:
+def recorded(run_dir: Path) -> tuple[Backend[Any], State]:
     """The backend a run folder's state names, and that state (a run never started is a local one)."""
     state = layout.read_json(run_dir / layout.STATE) or {"status": "not started"}
     name = str(state.get("backend", "local"))

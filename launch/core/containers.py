@@ -53,8 +53,11 @@ def mounts(section: ContainerSection, *, run_dir: str, workdir: str) -> list[Mou
 
 
 class Runtime(Protocol):
-    name: str
-    through_srun: bool  # pyxis: srun options on the job's step, not a command around the node's
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def through_srun(self) -> bool: ...  # pyxis: srun options on the job's step, not a command around the node's
 
     def command(self, profile: Profile, section: ContainerSection, mounts: list[Mount], workdir: str,
                 env_names: Sequence[str]) -> list[str]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import PurePath, PurePosixPath
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from launch.core import containers, site_shell
 from launch.core import environment as contract
-from launch.core.commands import NodeCommand, PlanFile
+from launch.core.commands import PlanFile
 from launch.core.entrypoint import Target
 from launch.core.layout import CHECKPOINTS
 from launch.core.profile import Profile
@@ -37,23 +37,30 @@ FLIGHT_RECORDS = 2000  # its length (torch's own default for NCCL); a profile's 
 
 
 class BackendJob(Protocol):
-    """What a backend's job gives every plan: its backend's name, the node command shown first, the files written
-    here before it starts."""
+    """What a backend's job gives every plan: its backend's name and the files written here before it starts."""
 
     backend: ClassVar[str]
-    node: NodeCommand
-    files: tuple[PlanFile, ...]
+
+    @property
+    def files(self) -> tuple[PlanFile, ...]: ...
+
+
+JobT_co = TypeVar("JobT_co", bound=BackendJob, covariant=True)
+JobT = TypeVar("JobT", bound=BackendJob)  # one backend's job type (``launch.backends.Backend``)
 
 
 @dataclass(frozen=True, kw_only=True)
-class LaunchPlan:
+class LaunchPlan(Generic[JobT_co]):
+    """Everything a run is: the choices resolved, what every process gets, and the job of the backend that runs it
+    (``LaunchPlan[SbatchJob]``: the plan the sbatch backend built and runs)."""
+
     profile: Profile
     strategy: str
     code: Target  # the user's script or module, or the strategy's bundled example, with its arguments
     bundled: bool
     run_dir: str
     env: tuple[tuple[str, str], ...]  # added to every process's inherited environment
-    job: BackendJob
+    job: JobT_co
     snapshot: Snapshot | None = None  # the project copied into the run folder at submit; ``code`` runs the copy
 
     @property
@@ -97,13 +104,13 @@ class PlanBackend(Protocol):
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str: ...
 
-    def build(self, inputs: PlanInputs) -> LaunchPlan: ...
+    def build(self, inputs: PlanInputs) -> LaunchPlan[Any]: ...
 
 
 def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Target | None = None, *,
              args: tuple[str, ...] = (), run_dir: str, python: str, workdir: str, max_restarts: int = 0,
              check: bool = False, snapshot: Snapshot | None = None, expand_args: bool = False,
-             accelerate_config: UserConfig | None = None) -> LaunchPlan:
+             accelerate_config: UserConfig | None = None) -> LaunchPlan[Any]:
     """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``, built by
     ``backend``; ``run_dir``, ``python`` and ``workdir`` are absolute paths.
 
@@ -228,7 +235,7 @@ def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring:
                       run_dir=run_dir, stop_signals=stop_signals, expand_args=inputs.expand_args)
 
 
-def make_plan(inputs: PlanInputs, env: tuple[tuple[str, str], ...], job: BackendJob) -> LaunchPlan:
+def make_plan(inputs: PlanInputs, env: tuple[tuple[str, str], ...], job: JobT) -> LaunchPlan[JobT]:
     return LaunchPlan(profile=inputs.profile, strategy=inputs.strategy.name, code=inputs.code,
                       bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job, snapshot=inputs.snapshot)
 

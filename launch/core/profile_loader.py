@@ -188,7 +188,9 @@ def _anchor_hostfile(data: dict[str, Any], path: Path) -> None:
     if isinstance(config, str) and config and not Path(config).expanduser().is_absolute():
         data["accelerate_config"] = str(path.parent / config)
     section = data.get("ssh")
-    hostfile = section.get("hostfile") if isinstance(section, Mapping) else None
+    if not isinstance(section, Mapping):
+        return
+    hostfile = section.get("hostfile")
     if isinstance(hostfile, str) and hostfile and not Path(hostfile).expanduser().is_absolute():
         data["ssh"] = {**section, "hostfile": str(path.parent / hostfile)}
 

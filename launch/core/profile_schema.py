@@ -64,7 +64,7 @@ def _convert(value: Any, hint: Any, path: str, problems: list[str], *, partial: 
             problems.append(f"{path}: {value!r} is not allowed;{did_you_mean(str(value), allowed)} "
                             f"allowed: {', '.join(allowed)}")
         return value
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         values = convert_dataclass(hint, value, path, problems, partial=partial)
         if partial:
             return values

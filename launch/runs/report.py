@@ -7,6 +7,7 @@ Reads each run folder's metrics.jsonl (one JSON object per line, written as the 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -132,7 +133,7 @@ def summary_table(curves: list[RunCurves]) -> str:
     return format_table(rows)
 
 
-def format_table(rows: list[tuple[str, ...]]) -> str:
+def format_table(rows: Sequence[tuple[str, ...]]) -> str:
     """Rows of cells as aligned columns, the first row the header."""
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

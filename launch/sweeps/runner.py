@@ -26,7 +26,7 @@ def render_sweep(plan: sweep.SweepPlan) -> str:
     backend = backends.get(plan.backend)
     shape = " x ".join(f"{len(values)} {key}" for key, values in plan.grid.axes)
     out = [f"sweep:     {len(plan.points)} points ({shape}) in {plan.folder}",
-           *(backend.render_array(plan) if backend.runs_arrays else
+           *(backend.arrays.render_array(plan) if backend.arrays is not None else
              [f"here, {plan.max_parallel} point(s) at a time" + (", one after another" if plan.max_parallel == 1
                                                                  else "")]), ""]
     width = len(str(len(plan.points) - 1))
@@ -54,9 +54,9 @@ def submit_sweep(plan: sweep.SweepPlan, *, detach: bool) -> int:
 def start_points(plan: sweep.SweepPlan, indices: tuple[int, ...], *, detach: bool) -> int:
     """The points ``indices`` of a prepared sweep started: as one job array, or here."""
     backend = backends.get(plan.backend)
-    if not backend.runs_arrays:
+    if backend.arrays is None:
         return _run_here(plan, indices)
-    ids = backend.submit_array(plan, indices)
+    ids = backend.arrays.submit_array(plan, indices)
     for index, job_id in ids.items():
         layout.write_json_atomic(Path(plan.plans[index].run_dir) / layout.STATE, {
             "backend": plan.backend, "job_id": job_id, "world_size": plan.plans[index].world_size,
@@ -86,7 +86,7 @@ def _run_here(plan: sweep.SweepPlan, indices: tuple[int, ...]) -> int:
                     raise
                 print(f"launch: point {index} failed: {failure}", flush=True)
         return _summary(Path(plan.folder))
-    waiting, started = list(indices), {}  # point -> when it was started
+    waiting, started = list(indices), dict[int, float]()  # point -> when it was started
     try:
         while waiting or not all(_ended(plan, index, since) for index, since in started.items()):
             running = sum(not _ended(plan, index, since) for index, since in started.items())

@@ -33,7 +33,7 @@ class SweepPlan:
     folder: str
     grid: Grid
     points: tuple[Point, ...]
-    plans: tuple[LaunchPlan, ...]  # one per point, in the points' order
+    plans: tuple[LaunchPlan[Any], ...]  # one per point, in the points' order
     max_parallel: int  # points running at once
     backend: str
     array: BackendArray | None  # where the backend runs arrays (SLURM); elsewhere the points run from here
@@ -45,7 +45,7 @@ class SweepPlan:
 
 
 def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common: tuple[str, ...], grid: Grid,
-                folder: str, python: str, workdir: str, backend: Backend, launcher: str | None,
+                folder: str, python: str, workdir: str, backend: Backend[Any], launcher: str | None,
                 max_parallel: int | None, snapshot: Snapshot | None = None, expand_args: bool = False,
                 accelerate_config: UserConfig | None = None) -> SweepPlan:
     """Every point's plan by ``backend`` (the profile's, for ``launcher``, recorded for `sweep retry`): ``code``
@@ -73,7 +73,8 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
               "accelerate_config": None if accelerate_config is None else dataclasses.asdict(accelerate_config),
               "snapshot": None if snapshot is None else snapshot_record(snapshot)}
     return SweepPlan(folder=folder, grid=grid, points=points, plans=tuple(plans), max_parallel=parallel,
-                     backend=backend.name, array=backend.array(plans, folder, parallel),
+                     backend=backend.name,
+                     array=None if backend.arrays is None else backend.arrays.array(plans, folder, parallel),
                      inputs=inputs)
 
 

@@ -6,11 +6,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from launch import backends
-from launch.backends import State, remote_shell
+from launch.backends import Backend, JobArrays, State, remote_shell
 from launch.backends.gcloud.job import GcloudJob, build
 from launch.backends.local import backend as local
 from launch.core import layout
@@ -23,6 +23,7 @@ from launch.runs import outcome
 
 if TYPE_CHECKING:
     from launch.core.machine import Machine
+    from launch.core.strategy import NodeWiring
 
 STOP_TIMEOUT_S = 300
 SHIP_TIMEOUT_S = 1800  # the snapshot onto every host (up to snapshot.LIMIT_BYTES)
@@ -43,15 +44,15 @@ def cancel(run_dir: Path, state: dict[str, object]) -> bool:
     return True
 
 
-def _collect(state: dict[str, object]) -> None:
+def _collect(state: State) -> None:
     """Every host's rank logs (and check reports) fetched into the run folder here, once the hosts stopped."""
-    collect = tuple(str(arg) for arg in state.get("collect_argv") or [])  # type: ignore[union-attr]
+    collect = tuple(str(arg) for arg in state.get("collect_argv") or [])
     if collect:
         local.run_step(collect, str(Path.cwd()))
 
 
-def stop_on_hosts(state: dict[str, object]) -> None:
-    stop_argv = [str(arg) for arg in state.get("stop_argv") or []]  # type: ignore[union-attr]
+def stop_on_hosts(state: State) -> None:
+    stop_argv = [str(arg) for arg in state.get("stop_argv") or []]
     if not stop_argv:
         raise SubmitError("this run's state does not say how to reach its hosts", "see its plan.txt")
     by_hand = f"stop it by hand: {shlex.join(stop_argv)}"
@@ -78,7 +79,7 @@ def print_rank_log(state: dict[str, object], rank: int) -> None:
     ssh, folder = state.get("ssh_argv"), state.get("hosts_run_dir")
     if not isinstance(ssh, list) or not isinstance(folder, str):
         raise SubmitError("this run's state does not say where its hosts are", "see its plan.txt")
-    path = str(layout.rank_log_path(PurePosixPath(folder), rank))
+    path = str(layout.rank_log_path(folder, rank))
     done = subprocess.run([*map(str, ssh), remote_shell.print_command(path)], check=False)
     if done.returncode:
         raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
@@ -104,17 +105,13 @@ def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:
             f"still run: python -m launch cancel {run_dir}); rank logs: {job.host_folder}/{layout.LOGS} on each TPU host")
 
 
-def _job(plan: LaunchPlan) -> GcloudJob:
-    assert isinstance(plan.job, GcloudJob)  # noqa: S101 - the gcloud backend's job
-    return plan.job
+
+def _gcloud_node(plan: LaunchPlan[GcloudJob]) -> NodeCommand:
+    return NodeCommand(node_rank=0, argv=plan.job.submit_argv, env=(), cwd=str(Path.cwd()))
 
 
-def _gcloud_node(plan: LaunchPlan) -> NodeCommand:
-    return NodeCommand(node_rank=0, argv=_job(plan).submit_argv, env=(), cwd=str(Path.cwd()))
-
-
-def _record(plan: LaunchPlan) -> dict[str, object]:
-    job = _job(plan)
+def _record(plan: LaunchPlan[GcloudJob]) -> dict[str, object]:
+    job = plan.job
     return {"backend": BACKEND.name, "ssh_argv": list(job.ssh_argv),
             "stop_argv": [*job.ssh_argv, remote_shell.stop_command(job.host_run_dir)], "hosts_run_dir": job.host_folder,
             "collect_argv": list(job.collect_argv)}
@@ -130,23 +127,20 @@ class GcloudBackend:
     restarts_workers = False
     continue_hint = "resubmit the same plan into its run folder to continue"
     runs_notebooks = False
-    runs_arrays = False
-    accelerate_wiring = None  # XLA: torch_xla's launcher on every host, no per-node flags
+    arrays: JobArrays[Any, Any] | None = None  # a sweep runs its points itself, from here
+    accelerate_wiring: NodeWiring | None = None  # XLA: torch_xla's launcher on every host, no per-node flags
 
     def doctor_needs(self, machine: Machine) -> list[str]:
         return []
 
-    def build(self, inputs: PlanInputs) -> LaunchPlan:
+    def build(self, inputs: PlanInputs) -> LaunchPlan[GcloudJob]:
         return build(inputs)
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         return remote_shell.host_run_dir(run_dir)
 
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> None:
-        return None  # the sweep runs the points itself
-
-    def render(self, plan: LaunchPlan) -> list[str]:
-        job = _job(plan)
+    def render(self, plan: LaunchPlan[GcloudJob]) -> list[str]:
+        job = plan.job
         first = [f"first, here: {shlex.join(argv)}" for argv in job.before_argv]
         return [f"on hosts:  {job.host_run_dir} in {job.node.cwd} on every TPU host (rank logs, checkpoints, "
                 "result); here: the plan and the gcloud output",
@@ -156,13 +150,13 @@ class GcloudBackend:
                 *([f"then, however it ended: {shlex.join(job.collect_argv)}"] if job.collect_argv else []),
                 *([f"then, once it succeeded: {shlex.join(job.after_argv)}"] if job.after_argv else [])]
 
-    def preflight(self, plan: LaunchPlan) -> None:
+    def preflight(self, plan: LaunchPlan[GcloudJob]) -> None:
         preflight()
 
-    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+    def execute(self, plan: LaunchPlan[GcloudJob], *, detach: bool) -> int:
         """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped
         here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
-        job, record, run_dir = _job(plan), _record(plan), Path(plan.run_dir)
+        job, record, run_dir = plan.job, _record(plan), Path(plan.run_dir)
         for argv in job.before_argv:  # the snapshot, onto every host
             _run_here(argv)
         return local.execute_here(
@@ -207,4 +201,4 @@ class GcloudBackend:
         _collect(state)
 
 
-BACKEND = GcloudBackend()
+BACKEND: Backend[GcloudJob] = GcloudBackend()

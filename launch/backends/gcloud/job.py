@@ -44,7 +44,7 @@ class GcloudJob:
         return str(PurePosixPath(self.node.cwd, self.host_run_dir))
 
 
-def build(inputs: PlanInputs) -> LaunchPlan:
+def build(inputs: PlanInputs) -> LaunchPlan[GcloudJob]:
     """The same command on every TPU host, in its project folder; results and logs fetched back here."""
     profile = inputs.profile
     hosts = profile.tpu

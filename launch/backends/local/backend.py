@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from launch.backends import State
+from launch.backends import Backend, JobArrays, State
 from launch.backends.local.job import LocalJob, build
 from launch.core import layout, shell
 from launch.core.commands import NodeCommand
@@ -32,6 +32,7 @@ from launch.runs import run_folder
 
 if TYPE_CHECKING:
     from launch.core.machine import Machine
+    from launch.core.strategy import NodeWiring
 
 STOP_GRACE_S = 20.0
 THEN_TIMEOUT_S = 600
@@ -120,7 +121,7 @@ def run_step(argv: tuple[str, ...], cwd: str) -> None:
 START_WAIT_S = 10.0  # for a detached launcher to record that its job runs
 
 
-def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record: dict[str, object] | None = None,
+def start_detached(plan: LaunchPlan[Any], node: NodeCommand | None = None, *, record: dict[str, object] | None = None,
                    then: tuple[str, ...] = (), collect: tuple[str, ...] = (),
                    stop_grace_s: float = STOP_GRACE_S) -> int:
     """Start a launcher process in its own session that runs the plan's node (or ``node``) as ``run_node``
@@ -128,7 +129,7 @@ def start_detached(plan: LaunchPlan, node: NodeCommand | None = None, *, record:
     of it (secrets included) is written to disk.
     """
     run_dir = Path(plan.run_dir)
-    node = node or _job(plan).node
+    node = node or plan.job.node
     with open(run_dir / "launcher.log", "ab") as log:
         launcher = subprocess.Popen([sys.executable, "-m", "launch.backends.local.backend", str(run_dir)],
                                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
@@ -184,11 +185,6 @@ def _same_process(state: dict[str, object], role: str) -> bool:
     return isinstance(pid, int) and started is not None and process_started(pid) == started
 
 
-def _job(plan: LaunchPlan) -> LocalJob:
-    if not isinstance(plan.job, LocalJob):
-        raise SubmitError(f"the local backend runs a local job, not a {plan.job.backend} one")
-    return plan.job
-
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
@@ -235,10 +231,9 @@ def _node_to_json(node: NodeCommand) -> dict[str, object]:
             "cwd": node.cwd}
 
 
-def _node_from_json(data: dict[str, object]) -> NodeCommand:
-    return NodeCommand(node_rank=int(data["node_rank"]), argv=tuple(data["argv"]),  # type: ignore[arg-type]
-                       env=tuple(tuple(pair) for pair in data["env"]),  # type: ignore[union-attr,misc]
-                       cwd=str(data["cwd"]))
+def _node_from_json(data: dict[str, Any]) -> NodeCommand:
+    return NodeCommand(node_rank=int(data["node_rank"]), argv=tuple(data["argv"]),
+                       env=tuple((str(name), str(value)) for name, value in data["env"]), cwd=str(data["cwd"]))
 
 
 def _detached_main(run_dir: str) -> int:
@@ -248,7 +243,7 @@ def _detached_main(run_dir: str) -> int:
                     stop_grace_s=float(given.get("stop_grace_s", STOP_GRACE_S))).exit_code
 
 
-def execute_here(plan: LaunchPlan, node: NodeCommand, *, detach: bool, follow: str, logs: str,
+def execute_here(plan: LaunchPlan[Any], node: NodeCommand, *, detach: bool, follow: str, logs: str,
                  failure: Callable[[int], str], record: dict[str, object] | None = None, then: tuple[str, ...] = (),
                  collect: tuple[str, ...] = (), on_cancel: Callable[[], None] = lambda: None,
                  stop_grace_s: float = STOP_GRACE_S) -> int:
@@ -282,31 +277,28 @@ class LocalBackend:
     restarts_workers = True
     continue_hint = ""
     runs_notebooks = True  # the processes can be forked from the notebook itself
-    runs_arrays = False
-    accelerate_wiring = None  # one node
+    arrays: JobArrays[Any, Any] | None = None  # a sweep runs its points itself, from here
+    accelerate_wiring: NodeWiring | None = None  # one node
 
     def doctor_needs(self, machine: Machine) -> list[str]:
         return []
 
-    def build(self, inputs: PlanInputs) -> LaunchPlan:
+    def build(self, inputs: PlanInputs) -> LaunchPlan[LocalJob]:
         return build(inputs)
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         return run_dir
 
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> None:
-        return None  # the sweep runs the points itself
-
-    def render(self, plan: LaunchPlan) -> list[str]:
-        job = _job(plan)
+    def render(self, plan: LaunchPlan[LocalJob]) -> list[str]:
+        job = plan.job
         return [*node_lines(job.node, f"node 0 ({job.where})", plan.profile.secrets), *file_lines(job.files)]
 
-    def preflight(self, plan: LaunchPlan) -> None:
+    def preflight(self, plan: LaunchPlan[LocalJob]) -> None:
         preflight(plan.profile)
 
-    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+    def execute(self, plan: LaunchPlan[LocalJob], *, detach: bool) -> int:
         run_dir = Path(plan.run_dir)
-        return execute_here(plan, _job(plan).node, detach=detach, follow=f"logs {shlex.quote(str(run_dir))} --follow",
+        return execute_here(plan, plan.job.node, detach=detach, follow=f"logs {shlex.quote(str(run_dir))} --follow",
                             logs=str(run_dir / layout.LOGS),
                             failure=lambda status: run_outcome.failure_message(run_dir, status))
 
@@ -331,7 +323,7 @@ class LocalBackend:
         return None  # the ranks write here
 
 
-BACKEND = LocalBackend()
+BACKEND: Backend[LocalJob] = LocalBackend()
 
 
 if __name__ == "__main__":

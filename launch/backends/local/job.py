@@ -29,7 +29,7 @@ class LocalJob:
     where: str = "this machine"
 
 
-def build(inputs: PlanInputs) -> LaunchPlan:
+def build(inputs: PlanInputs) -> LaunchPlan[LocalJob]:
     """The plan's job on this machine: the node's launcher in the profile's shell and image."""
     profile, port = inputs.profile, inputs.profile.rendezvous.port  # None: torchrun finds a free port itself
     node = NodeContext(node_rank="0", master_addr=None if port is None else "127.0.0.1",

@@ -6,17 +6,17 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic
 
-from launch.backends import State
+from launch.backends import JobArrays, State
 from launch.backends.slurm.follow import cancel, current_status, follow
 from launch.backends.slurm.state import job_state
 from launch.core import layout
 from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS
-from launch.core.plan import LaunchPlan, PlanInputs
+from launch.core.plan import JobT, LaunchPlan, PlanInputs
 from launch.core.profile import Profile
 from launch.core.secrets import looks_secret
 from launch.core.strategy import NodeWiring
@@ -44,19 +44,19 @@ def sbatch_reason(text: str) -> str:
 
 # What a pending job waits for, in words (SLURM's reason codes; others are shown as SLURM says them).
 @dataclass(frozen=True, kw_only=True)
-class SlurmLauncher:
+class SlurmLauncher(Generic[JobT]):
     """What one of SLURM's launchers (``through_submitit``, ``through_sbatch``) does its own way: build, submit
-    and render a plan's job, and a sweep's job array."""
+    and render a plan's job, and a sweep's job array (it is the backend's ``JobArrays``)."""
 
-    build: Callable[[PlanInputs], LaunchPlan]
-    submit: Callable[[LaunchPlan], str]  # the job id
-    render: Callable[[LaunchPlan], list[str]]
-    array: Callable[[list[LaunchPlan], str, int], ArrayJob]
-    submit_array: Callable[[ArraySweep, tuple[int, ...]], dict[int, str]]  # each point's element id
-    render_array: Callable[[ArraySweep], list[str]]
+    build: Callable[[PlanInputs], LaunchPlan[JobT]]
+    submit: Callable[[LaunchPlan[JobT]], str]  # the job id
+    render: Callable[[LaunchPlan[JobT]], list[str]]
+    array: Callable[[Sequence[LaunchPlan[JobT]], str, int], ArrayJob]
+    submit_array: Callable[[ArraySweep[JobT, ArrayJob], tuple[int, ...]], dict[int, str]]  # each point's element id
+    render_array: Callable[[ArraySweep[JobT, ArrayJob]], list[str]]
 
 
-class SlurmBackend:
+class SlurmBackend(Generic[JobT]):
     """SLURM through one of its two launchers: what differs is the launcher's (``SlurmLauncher``); following the
     job, status, logs and cancel are SLURM's, shared."""
 
@@ -67,8 +67,7 @@ class SlurmBackend:
     restarts_workers = False
     continue_hint = "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time"
     runs_notebooks = False
-    runs_arrays = True
-    accelerate_wiring = NodeWiring(
+    accelerate_wiring: NodeWiring | None = NodeWiring(
         flags='--machine_rank "$SLURM_NODEID" --main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT"',
         where="machine_rank, main_process_ip and main_process_port are given on each node's `accelerate launch` "
               "command line from the job (SLURM_NODEID and the head node).",
@@ -82,36 +81,28 @@ class SlurmBackend:
             needs.append("submitit (for --launcher submitit)")
         return needs
 
-    def __init__(self, name: str, launcher: SlurmLauncher) -> None:
+    def __init__(self, name: str, launcher: SlurmLauncher[JobT]) -> None:
         self.name = name
         self.launcher = launcher
+        self.arrays: JobArrays[JobT, Any] | None = launcher  # a sweep is one SLURM job array
 
-    def build(self, inputs: PlanInputs) -> LaunchPlan:
+    def build(self, inputs: PlanInputs) -> LaunchPlan[JobT]:
         return self.launcher.build(inputs)
 
-    def render(self, plan: LaunchPlan) -> list[str]:
+    def render(self, plan: LaunchPlan[JobT]) -> list[str]:
         return self.launcher.render(plan)
-
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
-        return self.launcher.array(plans, folder, parallel)
-
-    def submit_array(self, sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
-        return self.launcher.submit_array(sweep, indices)
-
-    def render_array(self, sweep: ArraySweep) -> list[str]:
-        return self.launcher.render_array(sweep)
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         return run_dir  # the nodes share the submitting folder
 
-    def preflight(self, plan: LaunchPlan) -> None:
+    def preflight(self, plan: LaunchPlan[JobT]) -> None:
         """sbatch itself refuses what SLURM cannot run, before anything is queued; a pyxis container needs an
         srun that has pyxis's options, which sbatch does not check."""
         container = plan.profile.container
         if container is not None and container.runtime == "pyxis":
             _require_pyxis(plan.profile.source)
 
-    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
+    def execute(self, plan: LaunchPlan[JobT], *, detach: bool) -> int:
         """Submit (an sbatch refusal is one line naming its reason; the run folder made for it is removed by
         the caller); then follow the job to its end, unless ``detach``."""
         run_dir = Path(plan.run_dir)

@@ -8,7 +8,7 @@ from pathlib import PurePath
 from typing import ClassVar
 
 from launch.backends.slurm import sbatch_script
-from launch.backends.slurm.submitit_job import submitit_job
+from launch.backends.slurm.submitit_job import SubmititJob, submitit_job
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.plan import (
     LaunchPlan,
@@ -66,7 +66,7 @@ def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
                        cwd=inputs.workdir)
 
 
-def build_sbatch(inputs: PlanInputs) -> LaunchPlan:
+def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     """A batch script whose task per node starts the node's launcher (torchrun, accelerate launch)."""
     env = plan_env(inputs, inputs.run_dir)
     node = _node(inputs, env)
@@ -77,7 +77,7 @@ def build_sbatch(inputs: PlanInputs) -> LaunchPlan:
     return make_plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
 
 
-def build_submitit(inputs: PlanInputs) -> LaunchPlan:
+def build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
     """A submitit job: one task per process, each running the code in a child process."""
     if inputs.accelerate_config is not None:  # its tasks run the code itself, without `accelerate launch`
         raise LaunchError(f"--accelerate-config {inputs.accelerate_config.path}: `accelerate launch` reads it, which "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
@@ -30,12 +31,11 @@ from launch.core.plan_text import file_lines, node_lines
 from launch.errors import SubmitError
 
 if TYPE_CHECKING:
-    from launch.backends import ArraySweep
+    from launch.backends import ArraySweep, Backend
 
 
-def _submit(plan: LaunchPlan) -> str:
+def _submit(plan: LaunchPlan[SbatchJob]) -> str:
     job = plan.job
-    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
     return _sbatch(job.submit_argv, cwd=job.node.cwd, secrets=secrets(job.node.env, plan.profile.secrets))
 
 
@@ -54,33 +54,29 @@ def _sbatch(argv: tuple[str, ...], *, cwd: str, secrets: dict[str, str]) -> str:
     return job_id
 
 
-def _submit_array(sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
+def _submit_array(sweep: ArraySweep[SbatchJob, ArrayJob], indices: tuple[int, ...]) -> dict[int, str]:
     """The points ``indices`` as one job array of the sweep's array script; each point's element id."""
-    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
     first = sweep.plans[indices[0]]
     job = first.job
-    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
     array_id = _sbatch(sweep.array.submit_argv(indices, sweep.max_parallel), cwd=job.node.cwd,
                        secrets=secrets(job.node.env, first.profile.secrets))
     return {index: f"{array_id}_{index}" for index in indices}
 
 
-def _render(plan: LaunchPlan) -> list[str]:
+def _render(plan: LaunchPlan[SbatchJob]) -> list[str]:
     job = plan.job
-    assert isinstance(job, SbatchJob)  # noqa: S101 - the sbatch backend's job
     return [*node_lines(job.node, "every node (one SLURM task per node)", plan.profile.secrets),
             *file_lines(job.files), "", f"submitted with: {shlex.join(job.submit_argv)}"]
 
 
-def _render_array(sweep: ArraySweep) -> list[str]:
-    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+def _render_array(sweep: ArraySweep[SbatchJob, ArrayJob]) -> list[str]:
     argv = sweep.array.submit_argv(tuple(range(len(sweep.plans))), sweep.max_parallel)
     return [f"one job array of {len(sweep.plans)} elements, at most {sweep.max_parallel} running at once; element K "
             f"runs point K's own job.sbatch (below: point 0's)", f"  submitted with: {shlex.join(argv)}",
             *file_lines(sweep.array.files)]
 
 
-def _array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
+def _array(plans: Sequence[LaunchPlan[SbatchJob]], folder: str, parallel: int) -> ArrayJob:
     script = str(PurePath(folder, ARRAY_SCRIPT))
     first = plans[0]
     text = sbatch_script.render_array_script(first.profile, job_name=job_name(first.profile, "sweep"), sweep_dir=folder,
@@ -89,9 +85,9 @@ def _array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
     return ArrayJob(files=(PlanFile(path=script, text=text, executable=True),), script=script)
 
 
-def _point_script(plan: LaunchPlan) -> str:
+def _point_script(plan: LaunchPlan[SbatchJob]) -> str:
     return next(file.path for file in plan.files if file.path.endswith("job.sbatch"))
 
 
-BACKEND = SlurmBackend("sbatch", SlurmLauncher(build=build_sbatch, submit=_submit, render=_render, array=_array,
+BACKEND: Backend[SbatchJob] = SlurmBackend("sbatch", SlurmLauncher(build=build_sbatch, submit=_submit, render=_render, array=_array,
                                                 submit_array=_submit_array, render_array=_render_array))

@@ -7,7 +7,7 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import PurePath
@@ -27,18 +27,17 @@ from launch.core.secrets import looks_secret
 from launch.errors import SubmitError
 
 if TYPE_CHECKING:
-    from launch.backends import ArraySweep
+    from launch.backends import ArraySweep, Backend
     from launch.backends.slurm.task_bootstrap import Bootstrap
 
 ARRAY_FOLDER = "submitit"  # submitit's folder for the whole array, in the sweep folder
 
 
-def _bootstrap(plan: LaunchPlan) -> Bootstrap:
+def _bootstrap(plan: LaunchPlan[SubmititJob]) -> Bootstrap:
     """What each task of the plan's job runs, as pickled to disk: without the secrets."""
     from launch.backends.slurm.task_bootstrap import Bootstrap
 
     spec = plan.job
-    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     public = tuple((name, value) for name, value in spec.env if not looks_secret(name, plan.profile.secrets))
     # With the profile's shell the batch script exports the variables and leaves the tasks where setup cd'd
     return Bootstrap(code=spec.code, env=() if spec.env_in_script else public,
@@ -47,11 +46,10 @@ def _bootstrap(plan: LaunchPlan) -> Bootstrap:
 
 
 @contextmanager
-def _submitting(plan: LaunchPlan) -> Iterator[None]:
+def _submitting(plan: LaunchPlan[SubmititJob]) -> Iterator[None]:
     """Around submitit's sbatch call: the secrets in this process's environment (sbatch hands them to the job;
     they are never pickled), sbatch's refusal as one line."""
     spec = plan.job
-    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     previous = dict(os.environ)
     os.environ.update(secrets(spec.env, plan.profile.secrets))
     try:
@@ -80,11 +78,10 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _submit(plan: LaunchPlan) -> str:
+def _submit(plan: LaunchPlan[SubmititJob]) -> str:
     import submitit
 
     spec = plan.job
-    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout,
                                       python=shlex.join(spec.python))
     executor.update_parameters(**dict(spec.parameters))
@@ -93,14 +90,12 @@ def _submit(plan: LaunchPlan) -> str:
         return str(executor.submit(task).job_id)
 
 
-def _submit_array(sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]:
+def _submit_array(sweep: ArraySweep[SubmititJob, ArrayJob], indices: tuple[int, ...]) -> dict[int, str]:
     """The points ``indices`` as one job array (submitit's batch); each point's element id."""
     import submitit
 
-    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
     first = sweep.plans[indices[0]]
     spec = first.job
-    assert isinstance(spec, SubmititJob)  # noqa: S101 - the submitit backend's job
     executor = submitit.SlurmExecutor(folder=sweep.array.folder, max_num_timeout=spec.max_num_timeout,
                                       python=shlex.join(spec.python))
     executor.update_parameters(**dict(sweep.array.parameters))
@@ -111,9 +106,8 @@ def _submit_array(sweep: ArraySweep, indices: tuple[int, ...]) -> dict[int, str]
     return {index: str(job.job_id) for index, job in zip(indices, jobs, strict=True)}
 
 
-def _render(plan: LaunchPlan) -> list[str]:
+def _render(plan: LaunchPlan[SubmititJob]) -> list[str]:
     job = plan.job
-    assert isinstance(job, SubmititJob)  # noqa: S101 - the submitit backend's job
     out = ["", f"submitit job: {plan.world_size} SLURM tasks, one per training process (folder {job.folder})",
            "  sbatch parameters (submitit.SlurmExecutor):"]
     out += [f"    {key} = {value!r}" for key, value in job.parameters if key not in ("setup", "teardown")]
@@ -138,25 +132,25 @@ def _render(plan: LaunchPlan) -> list[str]:
 
 
 def _script_lines(job: SubmititJob, key: str, where: str) -> list[str]:
-    lines = dict(job.parameters).get(key) or []
+    lines = dict(job.parameters).get(key)
+    if not isinstance(lines, list):
+        return []
     return [f"  batch script lines {where} ({key}):", *(f"    {line}" for line in lines)] if lines else []
 
 
-def _render_array(sweep: ArraySweep) -> list[str]:
-    assert sweep.array is not None  # noqa: S101 - a SLURM sweep has its array
+def _render_array(sweep: ArraySweep[SubmititJob, ArrayJob]) -> list[str]:
     return [f"one job array of {len(sweep.plans)} elements, at most {sweep.max_parallel} running at once (submitit's "
             f"batch); element K runs point K's plan (below: point 0's); folder {sweep.array.folder}",
             "  executor parameters: " + ", ".join(f"{key}={value!r}" for key, value in sweep.array.parameters)]
 
 
-def _array(plans: list[LaunchPlan], folder: str, parallel: int) -> ArrayJob:
+def _array(plans: Sequence[LaunchPlan[SubmititJob]], folder: str, parallel: int) -> ArrayJob:
     job = plans[0].job
-    assert isinstance(job, SubmititJob)  # noqa: S101 - the submitit backend's job
     parameters = dict(job.parameters)
     parameters["job_name"] = job_name(plans[0].profile, "sweep")
     parameters["array_parallelism"] = parallel
     return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePath(folder, ARRAY_FOLDER)))
 
 
-BACKEND = SlurmBackend("submitit", SlurmLauncher(build=build_submitit, submit=_submit, render=_render, array=_array,
+BACKEND: Backend[SubmititJob] = SlurmBackend("submitit", SlurmLauncher(build=build_submitit, submit=_submit, render=_render, array=_array,
                                                 submit_array=_submit_array, render_array=_render_array))

@@ -9,10 +9,10 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launch import backends
-from launch.backends import State, remote_shell
+from launch.backends import Backend, JobArrays, State, remote_shell
 from launch.backends.local import backend as local
 from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
@@ -51,11 +51,6 @@ _SSH_PROBLEMS = (
 )
 
 
-def _job(plan: LaunchPlan) -> SshJob:
-    if not isinstance(plan.job, SshJob):
-        raise SubmitError(f"the ssh backend runs an ssh job, not a {plan.job.backend} one")
-    return plan.job
-
 
 def why_unreachable(node: SshNode, done: subprocess.CompletedProcess[str] | None) -> str | None:
     """Why a host cannot run the job, from its reach command's outcome; None when it can."""
@@ -78,14 +73,14 @@ def why_unreachable(node: SshNode, done: subprocess.CompletedProcess[str] | None
     return f"{node.host}: {python} in {folder} cannot import launch ({said})"
 
 
-def preflight(plan: LaunchPlan) -> None:
+def preflight(plan: LaunchPlan[SshJob]) -> None:
     """Every host answers, lets us in, knows its key, and has the project folder and a Python that imports
     launch: checked at once on all of them, before anything is written or started."""
     for tool in ("ssh", "scp"):
         if shutil.which(tool) is None:
             raise SubmitError(f"{tool}: not found on PATH; launch reaches ssh hosts with the OpenSSH client",
                               "install it (Debian/Ubuntu: apt-get install openssh-client)")
-    nodes = _job(plan).nodes
+    nodes = plan.job.nodes
     outcomes = run_all([node.reach_argv for node in nodes], REACH_TIMEOUT_S, width=AT_ONCE)
     problems = [problem for node, done in zip(nodes, outcomes) if (problem := why_unreachable(node, done))]
     if problems:
@@ -95,7 +90,7 @@ def preflight(plan: LaunchPlan) -> None:
         return  # the same run again: it continues in its folders on the hosts
     held = [node.host for node, done in zip(nodes, outcomes) if done and FOLDER_PRESENT in done.stdout]
     if held:
-        raise SubmitError(f"{', '.join(held)}: {_job(plan).host_folder} is already there, from an earlier run that "
+        raise SubmitError(f"{', '.join(held)}: {plan.job.host_folder} is already there, from an earlier run that "
                           f"had the run folder {plan.run_dir} here; a new run starts in an empty one",
                           "remove it on the host, or choose another --run-dir")
 
@@ -107,8 +102,13 @@ def ship(job: SshJob) -> None:
     pack, *per_host = job.before_argv
     _step_or_fail(pack)
     pairs = [per_host[index:index + 2] for index in range(0, len(per_host), 2)]
+
+    def in_order(steps: list[tuple[str, ...]]) -> None:
+        for step in steps:
+            _step_or_fail(step)
+
     with ThreadPoolExecutor(max_workers=max(1, min(AT_ONCE, len(pairs)))) as pool:
-        list(pool.map(lambda steps: [_step_or_fail(step) for step in steps], pairs))
+        list(pool.map(in_order, pairs))
 
 
 def _step_or_fail(argv: tuple[str, ...]) -> None:
@@ -118,7 +118,7 @@ def _step_or_fail(argv: tuple[str, ...]) -> None:
         raise SubmitError(f"{shlex.join(argv[:1])} ... {argv[-2] if len(argv) > 1 else ''}: failed ({said})")
 
 
-def _first_failed_host(run_dir: Path) -> dict[str, object] | None:
+def _first_failed_host(run_dir: Path) -> dict[str, Any] | None:
     """hosts.json's record of the host whose connection ended with a failure first, if any."""
     record = layout.read_json(run_dir / HOSTS_RECORD) or {}
     return next((host for host in record.get("hosts", []) if host.get("host") == record.get("first_failure")), None)
@@ -177,8 +177,8 @@ class SshBackend:
     restarts_workers = False
     continue_hint = "resubmit the same plan into its run folder to continue"
     runs_notebooks = False
-    runs_arrays = False
-    accelerate_wiring = NodeWiring(
+    arrays: JobArrays[Any, Any] | None = None  # a sweep runs its points itself, from here
+    accelerate_wiring: NodeWiring | None = NodeWiring(
         flags="--machine_rank NODE_RANK --main_process_ip HEAD --main_process_port PORT",
         where="machine_rank, main_process_ip and main_process_port are given on each host's `accelerate launch` "
               "command line (its place in ssh.hosts, and the first host as head).",
@@ -187,17 +187,14 @@ class SshBackend:
     def doctor_needs(self, machine: Machine) -> list[str]:
         return []
 
-    def build(self, inputs: PlanInputs) -> LaunchPlan:
+    def build(self, inputs: PlanInputs) -> LaunchPlan[SshJob]:
         return build(inputs)
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         return job_run_dir(profile, run_dir, workdir)
 
-    def array(self, plans: list[LaunchPlan], folder: str, parallel: int) -> None:
-        return None  # the sweep runs the points itself
-
-    def render(self, plan: LaunchPlan) -> list[str]:
-        job = _job(plan)
+    def render(self, plan: LaunchPlan[SshJob]) -> list[str]:
+        job = plan.job
         secrets = ", ".join(job.secret_names)
         out = [f"on hosts:  {job.host_folder} on every host (rank logs, checkpoints, result); here: the plan, the "
                f"launcher's log, and what comes back",
@@ -215,11 +212,11 @@ class SshBackend:
                 *(f"then, once it succeeded: {shlex.join(argv)}" for argv in job.after_argv)]
         return out
 
-    def preflight(self, plan: LaunchPlan) -> None:
+    def preflight(self, plan: LaunchPlan[SshJob]) -> None:
         preflight(plan)
 
-    def execute(self, plan: LaunchPlan, *, detach: bool) -> int:
-        job, run_dir = _job(plan), Path(plan.run_dir)
+    def execute(self, plan: LaunchPlan[SshJob], *, detach: bool) -> int:
+        job, run_dir = plan.job, Path(plan.run_dir)
         ship(job)
         return local.execute_here(plan, job.node, detach=detach, record=_record(job), stop_grace_s=STOP_GRACE_S,
                                   follow=f"logs {shlex.quote(str(run_dir))} --follow",
@@ -280,4 +277,4 @@ class SshBackend:
         fetch_logs(state)
 
 
-BACKEND = SshBackend()
+BACKEND: Backend[SshJob] = SshBackend()

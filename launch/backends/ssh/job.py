@@ -94,7 +94,7 @@ def _host_workdir(profile: Profile, section: SshSection, here: str) -> str:
     return workdir
 
 
-def build(inputs: PlanInputs) -> LaunchPlan:
+def build(inputs: PlanInputs) -> LaunchPlan[SshJob]:
     """One connection per host from a fan-out here; each host runs its node under the host guard."""
     profile, section = inputs.profile, inputs.profile.ssh
     assert section is not None  # noqa: S101 - the registry chose ssh for an ssh section
@@ -120,7 +120,7 @@ def build(inputs: PlanInputs) -> LaunchPlan:
             host_run_dir, workdir), host_run_dir, after=rank == 0)  # `after` once: on the head
         command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
         line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
-                                         env=shown_env, argv=guarded, folders=mounted,
+                                         env=shown_env, argv=[str(arg) for arg in guarded], folders=mounted,
                                          snapshot_in=host_run_dir if inputs.snapshot else None)
         nodes.append(SshNode(
             host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
