@@ -1,5 +1,5 @@
-"""``python -m launch``: argparse in, a ``runner.Request`` out, what comes back printed. User mistakes end as one
-line and exit status 2; choosing, planning, preparing and running happen in ``launch.runner``."""
+"""``python -m launch``: argparse in, a ``pipeline.Request`` out, what comes back printed. User mistakes end as one
+line and exit status 2; choosing, planning, preparing and running happen in ``launch.pipeline``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import NoReturn
 
 import yaml
 
-from launch import follow_up, runner
+from launch import follow_up, pipeline
 from launch.backends import DEFAULT_LAUNCHER, LAUNCHERS, STACKS_WAIT_S, load_profile
 from launch.core.profile_loader import bundled_profile_names, profile_to_mapping
 from launch.errors import LaunchError
 from launch.launchers.strategies import STRATEGIES
-from launch.runner import RUNS
+from launch.pipeline import RUNS
 
 STACKS_HELP = "every rank's Python stacks (and where its collectives stand), taken from the running job now"
 
@@ -174,21 +174,21 @@ def _profiles(args: argparse.Namespace, _: list[str]) -> int:
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
     if args.grid or args.grid_file:
-        from launch.sweeps.runner import render_sweep
+        from launch.sweeps.sweep_run import render_sweep
 
-        print(render_sweep(runner.sweep_plan(_request(args, train_argv), _grid(args), max_parallel=args.max_parallel,
+        print(render_sweep(pipeline.sweep_plan(_request(args, train_argv), _grid(args), max_parallel=args.max_parallel,
                                              for_submit=False)), end="")
         return 0
     if args.max_parallel is not None:
         raise LaunchError("--max-parallel: applies to a sweep", "give --grid KEY=V1,V2 too")
     from launch.backends import render_text
 
-    print(render_text(runner.plan(_request(args, train_argv), for_submit=False)), end="")
+    print(render_text(pipeline.plan(_request(args, train_argv), for_submit=False)), end="")
     return 0
 
 
-def _request(args: argparse.Namespace, code_args: list[str]) -> runner.Request:
-    return runner.Request(profile=args.profile, strategy=args.strategy, script=args.script, module=args.module,
+def _request(args: argparse.Namespace, code_args: list[str]) -> pipeline.Request:
+    return pipeline.Request(profile=args.profile, strategy=args.strategy, script=args.script, module=args.module,
                           args=tuple(code_args), run_dir=args.run_dir, launcher=args.launcher,
                           max_restarts=args.max_restarts, expand_args=args.expand_args,
                           hang_timeout_s=getattr(args, "hang_timeout", None),
@@ -203,22 +203,22 @@ def _grid(args: argparse.Namespace) -> object:
 
 
 def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
-    return runner.submit(_request(args, code_args), check_first=args.check)
+    return pipeline.submit(_request(args, code_args), check_first=args.check)
 
 
 def _check(args: argparse.Namespace, code_args: list[str]) -> int:
     request = _request(args, code_args)
-    runner.plan(request, for_submit=False)  # what `submit` would refuse, `check` refuses first
-    runner.check(request, run_dir=args.run_dir)
+    pipeline.plan(request, for_submit=False)  # what `submit` would refuse, `check` refuses first
+    pipeline.check(request, run_dir=args.run_dir)
     return 0
 
 
 def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
-    return runner.sweep(_request(args, code_args), _grid(args), max_parallel=args.max_parallel)
+    return pipeline.sweep(_request(args, code_args), _grid(args), max_parallel=args.max_parallel)
 
 
 def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:
-    return runner.sweep_retry(Path(args.sweep), detach=args.detach)
+    return pipeline.sweep_retry(Path(args.sweep), detach=args.detach)
 
 
 def _accelerate_config(args: argparse.Namespace, _: list[str]) -> int:

@@ -31,7 +31,7 @@ def find_run(given: str, runs: Path) -> Path:
 def status_text(run_dir: Path) -> str:
     """A run's state (and first failure, and result), or a sweep's table of points."""
     if sweep.is_sweep(run_dir):
-        from launch.sweeps.runner import status_table
+        from launch.sweeps.sweep_run import status_table
 
         return status_table(run_dir)
     state = backends.status(run_dir)
@@ -83,7 +83,7 @@ def print_logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
 def cancel(run_dir: Path) -> str:
     """Cancel the run (or every running point of a sweep); what was done, or LaunchError when nothing runs."""
     if sweep.is_sweep(run_dir):
-        from launch.sweeps.runner import cancel_sweep
+        from launch.sweeps.sweep_run import cancel_sweep
 
         if not cancel_sweep(run_dir):
             raise LaunchError(f"{run_dir}: no point of this sweep is running, nothing to cancel")

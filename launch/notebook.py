@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launch import job, runner
+from launch import job, pipeline
 from launch.core import layout
 from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan
@@ -69,14 +69,14 @@ def _function_target(function: Callable[..., Any]) -> Target:
 def _plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str, ...],
           run_dir: str | None) -> tuple[LaunchPlan, Backend]:
     name = strategy if code is None else (code.function or "function").split(":")[-1]
-    return runner.notebook_plan(profile_name, strategy, code, argv, run_dir, name)
+    return pipeline.notebook_plan(profile_name, strategy, code, argv, run_dir, name)
 
 
 def _launch(planned: tuple[LaunchPlan, Backend], function: Callable[..., None], arguments: tuple[Any, ...]) -> None:
     from accelerate import notebook_launcher
 
     plan, backend = planned
-    runner.prepare(plan, backend, resume=False)
+    pipeline.prepare(plan, backend, resume=False)
     with _environment(dict(plan.env)):
         notebook_launcher(function, args=arguments, num_processes=plan.profile.procs_per_node,
                           master_addr="127.0.0.1", use_port=str(_free_port()))

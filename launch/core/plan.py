@@ -134,9 +134,9 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
         raise LaunchError(f"--strategy {strategy}: runs the bundled example {chosen.example.module} only",
                           "for your own script (one that builds its own transformers.Trainer too) use --strategy "
                           "ddp, which starts it under torchrun")
-    if accelerate_config is not None and not chosen.runner.takes_config:
+    if accelerate_config is not None and not chosen.launcher.takes_config:
         raise LaunchError(f"--accelerate-config {accelerate_config.path}: for --strategy accelerate; --strategy "
-                          f"{strategy} starts the code with {chosen.runner.name}")
+                          f"{strategy} starts the code with {chosen.launcher.name}")
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
     if max_restarts and not backend.restarts_workers:
@@ -176,13 +176,13 @@ def probe_target(code: Target, profile: Profile) -> Target:
 
 
 def process_command(inputs: PlanInputs) -> list[str]:
-    """What each process runs, after the runner's own arguments: the code under launch's worker; on XLA hosts
+    """What each process runs, after the process launcher's own arguments: the code under launch's worker; on XLA hosts
     under torch_xla's launcher, once per device (the bundled examples through their own, train.xla)."""
     example, code = inputs.strategy.example, inputs.code
     if inputs.profile.device == "xla" and not inputs.checking:  # the probe: once per host
         if inputs.bundled and example.xla_launcher:
             return ["-m", example.xla_launcher, str(code.module), *code.args]
-        if inputs.strategy.runner.name == "accelerate":
+        if inputs.strategy.launcher.name == "accelerate":
             return code.argv()  # Accelerate's TPU launcher imports the script and spawns its main function
         return ["-m", XLA_WORKER, *code.argv()]  # once per chip, as torchrun would once per GPU
     return ["-m", WORKER, *code.argv()]
@@ -221,17 +221,17 @@ def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
 
 
 def node_argv(inputs: PlanInputs, node: NodeContext, run_dir: str, python: str) -> tuple[Arg, ...]:
-    return tuple(inputs.strategy.runner.node_argv(inputs.profile, python, node, process_command(inputs), run_dir))
+    return tuple(inputs.strategy.launcher.node_argv(inputs.profile, python, node, process_command(inputs), run_dir))
 
 
 def plan_files(inputs: PlanInputs, run_dir: str) -> tuple[PlanFile, ...]:
     return tuple(PlanFile(path=path, text=text)
-                 for path, text in inputs.strategy.runner.files(inputs.profile, run_dir, inputs.accelerate_config,
+                 for path, text in inputs.strategy.launcher.files(inputs.profile, run_dir, inputs.accelerate_config,
                                                                 inputs.accelerate_wiring))
 
 
 def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:
-    return worker_env(inputs.profile, {**inputs.strategy.runner.extra_env(inputs.profile), **wiring},
+    return worker_env(inputs.profile, {**inputs.strategy.launcher.extra_env(inputs.profile), **wiring},
                       run_dir=run_dir, stop_signals=stop_signals, expand_args=inputs.expand_args)
 
 

@@ -9,7 +9,7 @@ from launch.core.devices import default_dist_backend
 
 Kind = Literal["local", "slurm", "tpu", "ssh"]
 Device = Literal["cuda", "cpu", "xla"]
-Backend = Literal["nccl", "gloo", "auto"]
+Collectives = Literal["nccl", "gloo", "auto"]  # torch.distributed's backend: the library of collectives
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +97,8 @@ class Profile:
     nodes: int = 1
     procs_per_node: int = 1
     device: Device = "cpu"
-    backend: Backend = "auto"
+    # Its YAML key is `backend:` (torch's word); in the code "backend" is where a plan runs (launch.backends).
+    collectives: Collectives = field(default="auto", metadata={"key": "backend"})
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()  # more variable names to treat as secrets (masked everywhere, never on disk)
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
@@ -139,4 +140,4 @@ class Profile:
     @property
     def dist_backend(self) -> str:
         """The torch.distributed backend: the profile's choice, or the usual one for its device."""
-        return self.backend if self.backend != "auto" else default_dist_backend(self.device)
+        return self.collectives if self.collectives != "auto" else default_dist_backend(self.device)

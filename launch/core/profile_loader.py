@@ -17,7 +17,7 @@ import yaml
 from launch.core import containers, site_shell
 from launch.core.environment import ENVIRONMENT
 from launch.core.profile import Profile
-from launch.core.profile_schema import convert_dataclass
+from launch.core.profile_schema import convert_dataclass, yaml_key
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.errors import ConfigError, did_you_mean
 
@@ -104,8 +104,9 @@ def _completed(profile: Profile, path: Path, rules_for: RulesFor) -> Profile:
 
 def profile_to_mapping(profile: Profile) -> dict[str, Any]:
     """The resolved profile as plain data, in field order, for printing back as YAML."""
-    return {key: list(value) if isinstance(value, tuple) else value
-            for key, value in dataclasses.asdict(profile).items() if key != "source"}
+    keys = {spec.name: yaml_key(spec) for spec in dataclasses.fields(profile)}
+    return {keys[name]: list(value) if isinstance(value, tuple) else value
+            for name, value in dataclasses.asdict(profile).items() if name != "source"}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -246,7 +247,7 @@ def _check_counts(profile: Profile) -> list[str]:
     if profile.kind == "local" and profile.nodes > 1:
         problems.append(f"nodes: kind local runs on this machine, so nodes must be 1, got {profile.nodes}; "
                         "use a slurm profile for several nodes")
-    if profile.backend == "nccl" and profile.device != "cuda":
+    if profile.collectives == "nccl" and profile.device != "cuda":
         problems.append(f"backend: nccl needs device cuda, the profile has device {profile.device}; "
                         "use gloo or auto")
     return problems

@@ -12,8 +12,14 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from launch.errors import did_you_mean
 
 
+def yaml_key(spec: dataclasses.Field[Any]) -> str:
+    """A field's key in a profile file: its name, unless its metadata names the key (``{"key": "backend"}``)."""
+    return str(spec.metadata.get("key", spec.name))
+
+
 def _yaml_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
-    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
+    """A dataclass's fields that a profile file may set, by their keys there."""
+    return {yaml_key(f): f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
 
 
 def convert_dataclass(cls: type, data: Any, where: str, problems: list[str], *,
@@ -34,12 +40,12 @@ def convert_dataclass(cls: type, data: Any, where: str, problems: list[str], *,
             problems.append(f"{path}: unknown key;{did_you_mean(str(key), known)} "
                             f"allowed: {', '.join(known)}")
             continue
-        values[key] = _convert(value, hints[key], path, problems, partial=partial)
+        values[known[key].name] = _convert(value, hints[known[key].name], path, problems, partial=partial)
     for name, spec in ({} if partial else known).items():
         required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
         if required and name not in data:
             path = f"{where}.{name}" if where else name
-            problems.append(f"{path}: required{_allowed_suffix(hints[name])}")
+            problems.append(f"{path}: required{_allowed_suffix(hints[spec.name])}")
     return values
 
 

@@ -1,7 +1,7 @@
 """What a plan asks of a strategy, as types: where a node stands in the job (``NodeContext``), how a node starts
-its processes (``Runner``), the example a strategy trains by default (``Example``), and what a runner is handed
-besides the profile (the user's accelerate config, the backend's node wiring). The runners and the strategies'
-registry are ``launch.launchers``; the plan (``launch.core.plan``) needs only these.
+its processes (``ProcessLauncher``), the example a strategy trains by default (``Example``), and what a process
+launcher is handed besides the profile (the user's accelerate config, the backend's node wiring). The process
+launchers and the strategies' registry are ``launch.launchers``; the plan (``launch.core.plan``) needs only these.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _no_env(profile: Profile) -> dict[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Runner:
+class ProcessLauncher:
     """How a node starts ``procs_per_node`` copies of a process command (``[SCRIPT, ARGS]`` or ``[-m, MODULE,
     ARGS]``): ``node_argv(profile, python, node, process, run_dir)``."""
 
@@ -79,6 +79,6 @@ class Example:
 class Strategy:
     name: str
     summary: str
-    runner: Runner
+    launcher: ProcessLauncher
     example: Example
     user_code: bool = True  # --script/--module may take the example's place

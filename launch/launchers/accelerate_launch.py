@@ -6,7 +6,7 @@ from pathlib import PurePath
 
 from launch.core.profile import Profile
 from launch.core.shell import Arg
-from launch.core.strategy import NodeContext, NodeWiring, Runner, UserConfig
+from launch.core.strategy import NodeContext, NodeWiring, ProcessLauncher, UserConfig
 from launch.launchers.accelerate_config import launch_env, render_config
 
 CONFIG_NAME = "accelerate_config.yaml"
@@ -34,4 +34,4 @@ def files(profile: Profile, run_dir: str, user: UserConfig | None,
     return ((config_path(run_dir), render_config(profile, wiring=wiring, user=user)),)
 
 
-RUNNER = Runner(name="accelerate", node_argv=node_argv, extra_env=launch_env, files=files, takes_config=True)
+LAUNCHER = ProcessLauncher(name="accelerate", node_argv=node_argv, extra_env=launch_env, files=files, takes_config=True)

@@ -18,13 +18,13 @@ from launch.launchers import accelerate_launch, torchrun
 
 _ARGS = "train.args:check_launch_argv"
 STRATEGIES: dict[str, Strategy] = {
-    "ddp": Strategy(name="ddp", summary="torchrun starts the code (native DDP by default)", runner=torchrun.RUNNER,
+    "ddp": Strategy(name="ddp", summary="torchrun starts the code (native DDP by default)", launcher=torchrun.LAUNCHER,
                     example=Example(module="train.ddp", check_args=_ARGS, xla_launcher="train.xla")),
     "accelerate": Strategy(name="accelerate", summary="`accelerate launch` starts the code (Accelerate by default)",
-                           runner=accelerate_launch.RUNNER,
+                           launcher=accelerate_launch.LAUNCHER,
                            example=Example(module="train.accelerated", check_args=_ARGS)),
     "trainer": Strategy(name="trainer", summary="Transformers Trainer under torchrun (for your own Trainer "
-                        "script use --strategy ddp)", runner=torchrun.RUNNER, user_code=False,
+                        "script use --strategy ddp)", launcher=torchrun.LAUNCHER, user_code=False,
                         example=Example(module="train.trainer", check_args=_ARGS, xla_launcher="train.xla")),
 }
 

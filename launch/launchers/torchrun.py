@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launch.core.profile import Profile
 from launch.core.shell import Arg
-from launch.core.strategy import NodeContext, Runner
+from launch.core.strategy import NodeContext, ProcessLauncher
 
 
 def torchrun_argv(profile: Profile, python: str, node: NodeContext) -> list[Arg]:
@@ -26,4 +26,4 @@ def node_argv(profile: Profile, python: str, node: NodeContext, process: list[st
     return [*torchrun_argv(profile, python, node), *process]
 
 
-RUNNER = Runner(name="torchrun", node_argv=node_argv)
+LAUNCHER = ProcessLauncher(name="torchrun", node_argv=node_argv)

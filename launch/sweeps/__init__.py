@@ -1,4 +1,4 @@
-"""Sweeps: a grid of values, one plan per point in one sweep folder, and the runner that submits and follows
+"""Sweeps: a grid of values, one plan per point in one sweep folder, and the run that submits and follows
 them (as an array where the backend runs arrays). Imports ``launch.core``, ``launch.launchers``, ``launch.runs``
 and the backends' registry.
 """

@@ -24,7 +24,7 @@ from launch.core.plan_facts import PlanFacts, read_facts
 from launch.errors import LaunchError
 from launch.runs import merged_logs, report, run_folder
 from launch.sweeps import sweep_plan as sweep
-from launch.sweeps.runner import failed_points, point_state
+from launch.sweeps.sweep_run import failed_points, point_state
 
 STATUS_EVERY_S = 5.0  # a running job's state asked of its backend (the scheduler) at most this often
 FETCH_EVERY_S = 10.0  # a running job's files brought from its hosts (ssh, TPU) at most this often

@@ -28,14 +28,14 @@ def test_report_reads_a_run_that_is_still_writing_and_refuses_what_is_not_a_run(
 
 def test_report_names_the_strategy_and_world_of_a_users_script_from_the_plan_that_ran(tmp_path: Path) -> None:
     """A user's script writes no result.json: what ran (strategy, processes) comes from the run's plan.json."""
-    from launch import backends, runner
+    from launch import backends, pipeline
     from launch.runs import run_folder
 
     (tmp_path / "mine.py").write_text("print('training')\n")
     run_dir = tmp_path / "run"
-    request = runner.Request(profile="local-cpu", strategy="accelerate", script=str(tmp_path / "mine.py"),
+    request = pipeline.Request(profile="local-cpu", strategy="accelerate", script=str(tmp_path / "mine.py"),
                              run_dir=str(run_dir))
-    plan = runner.plan(request, for_submit=False)
+    plan = pipeline.plan(request, for_submit=False)
     run_folder.prepare_run_dir(plan, backends.render_text(plan))
     (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 7, "loss": 0.5}\n')
     done = run_cli("report", str(run_dir), "--output", str(tmp_path / "r.png"), cwd=tmp_path)

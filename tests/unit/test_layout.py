@@ -132,6 +132,6 @@ def test_no_module_outside_the_backends_decides_by_backend() -> None:
 def test_modules_stay_small_and_the_top_level_stays_short() -> None:
     sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for path, module in _modules()}
     assert not {module: size for module, size in sizes.items() if size > 400}
-    assert sizes["launch.cli"] < 300, "cli.py is argparse and output; the rest belongs in launch.runner"
+    assert sizes["launch.cli"] < 300, "cli.py is argparse and output; the rest belongs in launch.pipeline"
     top = [path.name for path in PACKAGE.glob("*.py")]
     assert len(top) <= 12, top

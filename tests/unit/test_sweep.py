@@ -77,7 +77,7 @@ def test_render_shows_the_array_each_points_arguments_and_folder(tmp_path: Path,
 def test_retry_takes_every_point_that_neither_finished_nor_still_runs(tmp_path: Path) -> None:
     """Failed, cancelled, never started and lost points are retried; a finished one is not, nor one whose
     result is there although its record says otherwise (SLURM forgot a finished job)."""
-    from launch.sweeps import runner as sweep_runner
+    from launch.sweeps import sweep_run
 
     recorded = {0: {"status": "finished"}, 1: {"status": "failed"}, 2: None, 3: {"status": "cancelled"},
                 4: {"backend": "sbatch", "status": "failed", "job_id": "7_4"},
@@ -91,5 +91,5 @@ def test_retry_takes_every_point_that_neither_finished_nor_still_runs(tmp_path: 
         points.append({"index": index, "values": {"seed": str(index)}, "run_dir": str(run_dir)})
     (tmp_path / "p4" / "result.json").write_text("{}")
     (tmp_path / "sweep.json").write_text(json.dumps({"points": points}))
-    assert sweep_runner.failed_points(tmp_path) == (1, 2, 3, 5)
-    assert sweep_runner.point_state(tmp_path / "p4") == "finished"
+    assert sweep_run.failed_points(tmp_path) == (1, 2, 3, 5)
+    assert sweep_run.point_state(tmp_path / "p4") == "finished"

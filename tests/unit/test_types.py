@@ -20,8 +20,8 @@ from typing import Any
 
 from launch.backends import Backend
 from launch.backends.local.backend import LocalBackend
-from launch.backends.local.job import LocalJob
-from launch.backends.ssh.job import SshJob
+from launch.backends.local.job_spec import LocalJob
+from launch.backends.ssh.job_spec import SshJob
 from launch.core.plan import LaunchPlan
 
 
@@ -50,7 +50,7 @@ def _mypy(*files: str, cache: Path) -> subprocess.CompletedProcess[str]:
 def test_the_planning_and_running_layers_type_check_and_a_backend_without_a_method_does_not(tmp_path: Path) -> None:
     broken = tmp_path / "broken_backend.py"
     broken.write_text(BROKEN, encoding="utf-8")
-    done = _mypy("launch/backends", "launch/core", "launch/sweeps", "launch/runner.py", str(broken),
+    done = _mypy("launch/backends", "launch/core", "launch/sweeps", "launch/pipeline.py", str(broken),
                  cache=tmp_path / "cache")
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
     ours = [line for line in errors if not line.startswith(str(broken))]

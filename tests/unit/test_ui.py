@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from werkzeug.test import Client
 
-from launch import runner
+from launch import pipeline
 from launch.backends import render_text
 from launch.core.layout import metric_curves
 from launch.core.plan_facts import read_facts
@@ -26,7 +26,7 @@ from tests.helpers import ROOT, run_cli
 @pytest.mark.parametrize("name", bundled_profile_names())
 def test_the_run_list_reads_back_the_facts_of_the_plan_that_made_the_folder_for_every_bundled_profile(
         name: str, tmp_path: Path) -> None:
-    plan = runner.plan(runner.Request(profile=name, run_dir=str(tmp_path / "run")), for_submit=False)
+    plan = pipeline.plan(pipeline.Request(profile=name, run_dir=str(tmp_path / "run")), for_submit=False)
     run_folder.prepare_run_dir(plan, render_text(plan))
     (tmp_path / "run" / "plan.txt").write_text("reworded for people\n")  # nothing reads plan.txt's wording
     facts = read_facts(tmp_path / "run")
@@ -82,7 +82,7 @@ def test_without_tensorboard_the_metrics_are_still_written_and_the_job_says_why(
 
 def _run_folder(folder: Path, *, metrics: str = "") -> Path:
     """A finished local run's folder as a job leaves it: its plan, state, a rank's log and metrics."""
-    plan = runner.plan(runner.Request(profile="local-cpu", run_dir=str(folder)), for_submit=False)
+    plan = pipeline.plan(pipeline.Request(profile="local-cpu", run_dir=str(folder)), for_submit=False)
     (folder / "logs").mkdir(parents=True)
     (folder / "plan.txt").write_text(render_text(plan), encoding="utf-8")
     (folder / "state.json").write_text('{"backend": "local", "status": "finished", "exit_code": 0}')

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from launch import backends
 from launch.backends import Backend, JobArrays, State, remote_shell
-from launch.backends.gcloud.job import GcloudJob, build
+from launch.backends.gcloud.job_spec import GcloudJob, build
 from launch.backends.local import backend as local
 from launch.core import layout
 from launch.core.commands import NodeCommand

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launch.backends import Backend, JobArrays, State
-from launch.backends.local.job import LocalJob, build
+from launch.backends.local.job_spec import LocalJob, build
 from launch.core import layout, shell
 from launch.core.commands import NodeCommand
 from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable

@@ -25,7 +25,7 @@ from launch.runs import outcome, run_folder
 
 if TYPE_CHECKING:
     from launch.backends import ArraySweep
-    from launch.backends.slurm.job import ArrayJob
+    from launch.backends.slurm.job_spec import ArrayJob
     from launch.core.machine import Machine
 
 

@@ -17,7 +17,7 @@ from launch.backends.slurm.backend import (
     sbatch_reason,
     secrets,
 )
-from launch.backends.slurm.job import (
+from launch.backends.slurm.job_spec import (
     ARRAY_SCRIPT,
     ArrayJob,
     SbatchJob,

@@ -19,7 +19,7 @@ from launch.backends.slurm.backend import (
     sbatch_reason,
     secrets,
 )
-from launch.backends.slurm.job import ArrayJob, build_submitit, job_name
+from launch.backends.slurm.job_spec import ArrayJob, build_submitit, job_name
 from launch.backends.slurm.submitit_job import SubmititJob
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import env_lines

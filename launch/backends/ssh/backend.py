@@ -17,7 +17,7 @@ from launch.backends.local import backend as local
 from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
 from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
-from launch.backends.ssh.job import SshJob, SshNode, build, job_run_dir
+from launch.backends.ssh.job_spec import SshJob, SshNode, build, job_run_dir
 from launch.core import layout
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines

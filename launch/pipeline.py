@@ -267,7 +267,7 @@ def sweep_plan(request: Request, grid: Grid, *, max_parallel: int | None, for_su
 def sweep(request: Request, grid: Grid, *, max_parallel: int | None) -> int:
     """Every point of the grid submitted (one job array where the backend runs arrays, else one after another
     here), in a new sweep folder; removed again if nothing was queued."""
-    from launch.sweeps import runner as sweep_runner
+    from launch.sweeps import sweep_run
 
     _check_run_dir(request.run_dir)
     if request.run_dir is not None and Path(request.run_dir).is_dir() and any(Path(request.run_dir).iterdir()):
@@ -280,9 +280,9 @@ def sweep(request: Request, grid: Grid, *, max_parallel: int | None) -> int:
                           "run it in the background yourself (nohup, tmux), or on a SLURM profile")
     try:
         _preflight_sweep(planned)
-        return sweep_runner.submit_sweep(planned, detach=request.detach)
+        return sweep_run.submit_sweep(planned, detach=request.detach)
     except SubmitError:
-        if not sweep_runner.sweep.read_record(Path(planned.folder)).get("submissions"):
+        if not sweep_run.sweep.read_record(Path(planned.folder)).get("submissions"):
             shutil.rmtree(planned.folder, ignore_errors=True)  # nothing was queued: nothing to keep
         raise
 
@@ -296,8 +296,8 @@ def _preflight_sweep(planned: SweepPlan) -> None:
 
 def sweep_retry(folder: Path, *, detach: bool) -> int:
     """A sweep's failed points submitted again, each into its own run folder, from where it was submitted."""
-    from launch.sweeps import runner as sweep_runner
     from launch.sweeps import sweep_plan as sweep
+    from launch.sweeps import sweep_run
 
     if not sweep.is_sweep(folder):
         raise LaunchError(f"{folder}: not a sweep folder (no {sweep.RECORD})", "give the folder `sweep` printed")
@@ -312,7 +312,7 @@ def sweep_retry(folder: Path, *, detach: bool) -> int:
                           f"({error.strerror})") from None
     planned = sweep.rebuild(given, backends.load_profile(given["profile"]))
     _preflight_sweep(planned)
-    return sweep_runner.retry(planned, detach=detach)
+    return sweep_run.retry(planned, detach=detach)
 
 
 def notebook_plan(profile_name: str, strategy: str, code: Target | None, argv: tuple[str, ...],
