@@ -23,28 +23,10 @@ torch's variables alone: one process, no run folder. Importing this module impor
 
 from __future__ import annotations
 
-from launch.core.devices import default_dist_backend, xla_import_failure
-from launch.core.environment import (
-                                     CHECKPOINT_DIR,
-                                     DEVICE,
-                                     DIST_BACKEND,
-                                     ENVIRONMENT,
-                                     EXPAND_ARGS,
-                                     PLAN_ENV,
-                                     PROFILE,
-                                     RENDEZVOUS_TIMEOUT,
-                                     RESUME,
-                                     RUN_DIR,
-                                     SECRET_NAMES,
-                                     STOP_SIGNALS,
-)
-from launch.core.lifetime import die_with_parent
 from launch.runtime.checkpoint_writer import (
-                                     MEMORY_PREFIX,
                                      background_writes_pay,
                                      flush_checkpoints,
                                      latest_checkpoint,
-                                     latest_checkpoint_path,
                                      resume_from,
                                      save_checkpoint,
                                      save_checkpoint_in_background,
@@ -56,48 +38,24 @@ from launch.runtime.checkpoints import point_at as point_at_checkpoint
 from launch.runtime.checkpoints import publish as publish_checkpoint
 from launch.runtime.checkpoints import stage as stage_checkpoint
 from launch.runtime.checkpoints import staging_path as staging_folder
-from launch.runtime.console import (
-                                     at_terminal,
-                                     exit,
-                                     mask,
-                                     phase_done,
-                                     run_as_rank,
-                                     scrub,
-                                     secret_values,
-                                     status_line,
-)
+from launch.runtime.console import exit, phase_done, run_as_rank, status_line
 from launch.runtime.identity import JobInfo, info
 from launch.runtime.metrics import log_metrics, write_result
 from launch.runtime.progress import heartbeat
-from launch.runtime.stops import (
-                                     StopRequested,
-                                     agreed_stop,
-                                     should_stop,
-                                     stop_requested,
-                                     stop_signals,
-                                     watch_stops,
-                                     watching,
-)
+from launch.runtime.stops import StopRequested, should_stop, stop_requested, watch_stops
 
 __all__ = [
     # who this process is
     "JobInfo", "info",
     # checkpoints
     "resume_from", "save_checkpoint", "save_checkpoint_in_background", "background_writes_pay",
-    "wait_for_checkpoints", "flush_checkpoints", "latest_checkpoint", "latest_checkpoint_path", "MEMORY_PREFIX",
-    "CheckpointWriteError",
+    "wait_for_checkpoints", "flush_checkpoints", "latest_checkpoint", "CheckpointWriteError",
     # checkpoints for code whose library writes them itself (Accelerate's save_state, the Trainer)
     "Position", "KEEP_CHECKPOINTS", "stage_checkpoint", "staging_folder", "publish_checkpoint", "point_at_checkpoint",
     # what the run records, and progress (the hang watchdog's clock)
-    "log_metrics", "write_result", "heartbeat",
+    "log_metrics", "write_result", "heartbeat", "phase_done", "status_line",
     # stop requests
-    "StopRequested", "watch_stops", "watching", "stop_signals", "stop_requested", "agreed_stop", "should_stop",
-    # start-up, the console, secrets, the end
-    "phase_done", "status_line", "at_terminal", "secret_values", "scrub", "mask", "exit", "run_as_rank",
-    "die_with_parent",
-    # devices
-    "default_dist_backend", "xla_import_failure",
-    # the environment variables launch sets (launch.core.environment.ENVIRONMENT)
-    "ENVIRONMENT", "CHECKPOINT_DIR", "DEVICE", "DIST_BACKEND", "EXPAND_ARGS", "PLAN_ENV", "PROFILE",
-    "RENDEZVOUS_TIMEOUT", "RESUME", "RUN_DIR", "SECRET_NAMES", "STOP_SIGNALS",
+    "StopRequested", "should_stop", "stop_requested", "watch_stops",
+    # processes: a rank started past launch's worker, and an end without interpreter teardown
+    "run_as_rank", "exit",
 ]

@@ -7,6 +7,7 @@ import difflib
 from dataclasses import dataclass, fields
 
 from launch import job
+from train import launch_support as support
 
 DATASETS = ("synthetic", "mnist")
 DEVICES = ("auto", "cpu", "cuda", "xla")
@@ -46,7 +47,7 @@ class TrainArgs:
 
     def backend_for(self, device_type: str) -> str:
         """The torch.distributed backend: the one asked for, or the usual one for the device."""
-        return self.dist_backend if self.dist_backend != "auto" else job.default_dist_backend(device_type)
+        return self.dist_backend if self.dist_backend != "auto" else support.default_dist_backend(device_type)
 
     def to_argv(self) -> tuple[str, ...]:
         """The canonical command-line form: every field that differs from its default, in field order."""

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from launch import job
+from train import launch_support as support
 from train.dist_env import all_gather_objects
 from train.reporting import Progress, Reporter
 
@@ -94,7 +95,7 @@ def resumable(run_dir: str | Path | None, *, resume: bool, strategy: str, world_
     if len(set(steps)) > 1:
         described = ", ".join(f"rank {rank}: {'none' if step is None else f'step {step}'}"
                               for rank, step in enumerate(steps))
-        raise CheckpointError(f"{job.latest_checkpoint_path(run_dir or '.').parent}: the ranks see different "
+        raise CheckpointError(f"{support.latest_checkpoint_path(run_dir or '.').parent}: the ranks see different "
                               f"checkpoints ({described}); the run folder must be one folder that every host shares")
     return record
 
@@ -108,7 +109,7 @@ def _local_record(run_dir: str | Path | None, *, resume: bool, strategy: str,
         return None
     where = Path(run_dir) / record["path"]
     if not where.is_dir():
-        raise CheckpointError(f"{job.latest_checkpoint_path(run_dir)}: names {where}, which is gone; "
+        raise CheckpointError(f"{support.latest_checkpoint_path(run_dir)}: names {where}, which is gone; "
                               "restore it, or remove latest.json to start this run from the beginning")
     if not resume:
         raise CheckpointError(f"{where}: this run folder already holds a checkpoint (step {record['step']}); "
@@ -161,7 +162,7 @@ def after_step(position: Position, *, every: int | None, device: torch.device,
                save: Callable[[Position], None]) -> None:
     """Between steps: save when ``--checkpoint-every`` says so or when a stop was requested (agreed by every
     rank), then honour the stop by raising ``StopRequested``."""
-    signum = job.agreed_stop(device)
+    signum = support.agreed_stop(device)
     if signum is not None or (every and position.step % every == 0):
         save(position)
     if signum is not None:

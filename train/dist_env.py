@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from launch import job
+from train import launch_support as support
 from train.args import TrainArgs
 
 DistEnv = job.JobInfo  # who this process is, as launch.job says (the examples' name for it)
@@ -27,7 +28,7 @@ def for_device(device: str) -> DistEnv:
 
 def shown(env: DistEnv, name: str) -> str:
     """A variable's value as this process may print it: secrets masked."""
-    return job.mask(name, os.environ.get(name, ""), env.secret_names)
+    return support.mask(name, os.environ.get(name, ""), env.secret_names)
 
 
 class RendezvousError(RuntimeError):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launch import job
+from train import launch_support as support
 from train.args import TrainArgs, parse_train_args, with_job_defaults
 from train.dist_env import DistEnv, for_device, shown
 from train.reporting import Reporter
@@ -28,7 +29,7 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     env = for_device(args.device)
     if args.device == "xla":  # Accelerate and Transformers read it on XLA devices other than TPUs (else -1: silent)
         os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
-        job.die_with_parent()  # a spawned XLA worker ends with its launcher (`cancel`, pkill on a pod's hosts)
+        support.die_with_parent()  # a spawned XLA worker ends with its launcher (`cancel`, pkill on a pod's hosts)
     else:  # where torch_xla is installed (a TPU VM), they would take XLA even for cpu=True and fail
         os.environ.setdefault("USE_TORCH_XLA", "0")
     job.watch_stops()  # where the scheduler requeues (SLURM): its signals become a checkpoint, then a stop
@@ -43,16 +44,16 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
 
 
 def _guarded(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:
-    secrets = job.secret_values()
+    secrets = support.secret_values()
     try:
         return _run(train, args, env)
     except Exception as error:
         # What re-raises from here is printed and recorded by others (the interpreter's last words on stderr,
         # torchrun's error file, the rank record): without any secret value in its message.
         text = str(error)
-        if job.scrub(text, secrets) == text:
+        if support.scrub(text, secrets) == text:
             raise
-        raise RuntimeError(f"{type(error).__name__}: {job.scrub(text, secrets)}") from None
+        raise RuntimeError(f"{type(error).__name__}: {support.scrub(text, secrets)}") from None
 
 
 def _run(train: TrainFunction, args: TrainArgs, env: DistEnv) -> int:

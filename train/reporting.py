@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from launch import job
+from train import launch_support as support
 
 
 @dataclass
@@ -50,8 +51,8 @@ class Reporter:
         self.run_dir = Path(run_dir) if run_dir and is_main else None
         self.is_main = is_main
         self.started = time.perf_counter()
-        self.secrets = job.secret_values()  # masked in everything written
-        self.live = is_main and job.at_terminal()  # a progress bar under the log lines
+        self.secrets = support.secret_values()  # masked in everything written
+        self.live = is_main and support.at_terminal()  # a progress bar under the log lines
         self.last_loss = float("nan")  # the last logged loss, shown in the progress bar
         self._drawn = 0.0
 
@@ -99,7 +100,7 @@ class Reporter:
         result = {**result, "wall_seconds": round(time.perf_counter() - self.started, 3)}
         if self.run_dir is not None:
             return job.write_result(result, run_dir=self.run_dir, secrets=self.secrets)
-        return job.scrub(result, self.secrets)
+        return support.scrub(result, self.secrets)
 
 
 PROGRESS_REDRAW_S = 0.2

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from launch import job
 from train import checkpoint
+from train import launch_support as support
 from train.args import TrainArgs
 from train.data import load_datasets
 from train.dist_env import DistEnv, all_gather_objects, join_process_group
@@ -112,7 +113,7 @@ def _checkpoint_callback(args: TrainArgs, world_size: int):  # type: ignore[no-u
         saved_step = -1
 
         def on_step_end(self, targs, state, control, **kwargs):  # type: ignore[no-untyped-def]
-            self.stopped = job.agreed_stop(targs.device)
+            self.stopped = support.agreed_stop(targs.device)
             if self.stopped is not None:
                 control.should_save, control.should_training_stop = True, True
 

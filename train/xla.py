@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from launch import job
+from train import launch_support as support
 
 
 class XlaUnavailable(RuntimeError):
@@ -24,7 +25,7 @@ def require() -> ModuleType:
     try:
         import torch_xla
     except ImportError as error:
-        raise XlaUnavailable(job.xla_import_failure(error)) from None
+        raise XlaUnavailable(support.xla_import_failure(error)) from None
     return torch_xla
 
 

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from launch import job
+from launch.core.environment import RESUME, RUN_DIR
 from launch.runtime import checkpoint_writer, checkpoints, phases
+from launch.runtime.checkpoint_writer import MEMORY_PREFIX
 
 
 @pytest.fixture
@@ -22,8 +24,8 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(job.RUN_DIR, str(folder))
-    monkeypatch.setenv(job.RESUME, "1")
+    monkeypatch.setenv(RUN_DIR, str(folder))
+    monkeypatch.setenv(RESUME, "1")
     monkeypatch.setattr(checkpoint_writer, "_writer", checkpoints.Writer())
     monkeypatch.setattr(checkpoint_writer, "_memory_sizes", [])
     monkeypatch.setattr(checkpoint_writer, "_snapshot", {})
@@ -124,7 +126,7 @@ def test_start_up_phases_are_recorded_in_order_with_how_long_each_took(monkeypat
 
 
 def test_memory_left_by_a_process_that_died_is_freed_and_a_failed_block_leaves_none(run_dir: Path) -> None:
-    dead = Path("/dev/shm") / f"{job.MEMORY_PREFIX}999999999-step-3-x"  # above any pid the kernel gives
+    dead = Path("/dev/shm") / f"{MEMORY_PREFIX}999999999-step-3-x"  # above any pid the kernel gives
     dead.mkdir()
     with job.save_checkpoint(1, background=True) as folder:
         (folder / "model.bin").write_bytes(b"1" * 4096)
