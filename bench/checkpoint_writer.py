@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from launch_examples.model import Net, build_optimizer  # noqa: E402
 
 from launch import job  # noqa: E402
 from launch.runtime.checkpoint_writer import _copied  # noqa: E402
-from train.model import Net, build_optimizer  # noqa: E402
 
 VARIANTS = ("none", "while training waits", "background, as first written", "background")
 

@@ -24,7 +24,7 @@ COLUMNS = ("eval_accuracy", "eval_loss", "train_loss", "steps", "samples_per_sec
 
 
 def run_single(train_args: list[str], batch_size: int, run_dir: Path) -> dict[str, object]:
-    subprocess.run([sys.executable, "-m", "train.ddp", *train_args, "--batch-size", str(batch_size),
+    subprocess.run([sys.executable, "-m", "launch_examples.ddp", *train_args, "--batch-size", str(batch_size),
                     "--run-dir", str(run_dir)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)})
     return json.loads((run_dir / "result.json").read_text())

@@ -1,7 +1,7 @@
 """A minimal hand-written DDP script of the seed's kind, the baseline of bench/launcher_overhead.py.
 
 What a user writes for plain torchrun: init_process_group, DistributedDataParallel, DistributedSampler, AdamW,
-a loop. Same model (train.model.Net) and data (the embedded digits) as launch's entrypoints; no checkpoints,
+a loop. Same model (launch_examples.model.Net) and data (the embedded digits) as launch's entrypoints; no checkpoints,
 no logs, no evaluation. Under plain srun (no torchrun) it takes its rank from SLURM's variables, as such scripts
 do; MASTER_ADDR and MASTER_PORT come from the batch script. Each rank writes DIR/rank-N.json: its first step,
 throughput, peak memory, and its start-up phases as launch's rank records name them (bench/slurm_startup.py).
@@ -23,14 +23,14 @@ marks = [("interpreter", time.time())]
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from launch_examples.data import load_datasets
+from launch_examples.model import Net
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from launch.runtime.phases import (
     process_started_at,  # standard library only: when this process started, from /proc
 )
-from train.data import load_datasets
-from train.model import Net
 
 marks.append(("imports", time.time()))
 for name, slurm_name in (("RANK", "SLURM_PROCID"), ("WORLD_SIZE", "SLURM_NTASKS"), ("LOCAL_RANK", "SLURM_LOCALID")):

@@ -1,7 +1,7 @@
 """A minimal hand-written Transformers Trainer script, the Trainer's baseline in bench/launcher_overhead.py.
 
 What a user writes for plain torchrun: TrainingArguments, a Trainer subclass with an NLL loss, ``train()``.
-Same model (train.model.Net), data (the embedded digits), batch, optimizer and learning rate as launch's
+Same model (launch_examples.model.Net), data (the embedded digits), batch, optimizer and learning rate as launch's
 trainer entrypoint; no checkpoints, logs or evaluation. The loop's time is counted as launch's entrypoints
 count theirs: from each epoch's start to its end.
 
@@ -19,11 +19,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from launch_examples.data import load_datasets
+from launch_examples.model import Net
+from launch_examples.trainer import collate
 from transformers import Trainer, TrainerCallback, TrainingArguments
-
-from train.data import load_datasets
-from train.model import Net
-from train.trainer import collate
 
 
 class NllTrainer(Trainer):

@@ -1,4 +1,4 @@
-"""Hugging Face Accelerate entrypoint: the same model, data and metrics as ``train.ddp``, at a higher level.
+"""Hugging Face Accelerate entrypoint: the same model, data and metrics as ``launch_examples.ddp``, at a higher level.
 
 ``Accelerator.prepare`` wraps model, optimizer and both loaders; ``accelerator.backward`` does the backward
 pass; evaluation metrics come from ``gather_for_metrics``; only the main process prints. The same code runs
@@ -17,14 +17,15 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from launch import job
-from train import checkpoint
-from train.args import TrainArgs
-from train.checkpoint import Position
-from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, all_gather_objects, join_process_group
-from train.entry import run_entrypoint
-from train.model import Net, build_optimizer
-from train.reporting import Progress, Reporter, parameter_digest
+
+from . import checkpoint
+from .args import TrainArgs
+from .checkpoint import Position
+from .data import Datasets, load_datasets
+from .dist_env import DistEnv, all_gather_objects, join_process_group
+from .entry import run_entrypoint
+from .model import Net, build_optimizer
+from .reporting import Progress, Reporter, parameter_digest
 
 STRATEGY = "accelerate"
 

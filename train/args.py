@@ -7,7 +7,8 @@ import difflib
 from dataclasses import dataclass, fields
 
 from launch import job
-from train import launch_support as support
+
+from . import launch_support as support
 
 DATASETS = ("synthetic", "mnist")
 DEVICES = ("auto", "cpu", "cuda", "xla")

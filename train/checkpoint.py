@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from launch import job
-from train import launch_support as support
-from train.dist_env import all_gather_objects
-from train.reporting import Progress, Reporter
+
+from . import launch_support as support
+from .dist_env import all_gather_objects
+from .reporting import Progress, Reporter
 
 # launch's checkpoint protocol (launch.job), by the names the examples use
 Position = job.Position
@@ -38,7 +39,7 @@ def rng_state(device: torch.device | None = None) -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     if device is not None and device.type == "xla":
-        from train import xla
+        from . import xla
 
         state["xla"] = xla.rng_state()
     return state
@@ -51,7 +52,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     if "xla" in state:
-        from train import xla
+        from . import xla
 
         xla.set_rng_state(state["xla"])
 

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from train import synthetic_digits
-from train.synthetic_digits import make_digits
+from . import synthetic_digits
+from .synthetic_digits import make_digits
 
 MEAN, STD = 0.1307, 0.3081  # the seed's MNIST normalisation
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 8000, 2000

@@ -1,4 +1,4 @@
-"""Native DDP entrypoint: ``torchrun ... -m train.ddp [TRAIN_ARGS]``, or ``python -m train.ddp`` alone.
+"""Native DDP entrypoint: ``torchrun ... -m launch_examples.ddp [TRAIN_ARGS]``, or ``python -m launch_examples.ddp`` alone.
 
 Process group from torchrun's environment (gloo on CPU, nccl on CUDA), DistributedSampler with set_epoch,
 the optimizer on the DDP model's parameters, evaluation reduced across ranks, printing on rank 0 only.
@@ -19,14 +19,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from launch import job
-from train import checkpoint
-from train.args import TrainArgs
-from train.checkpoint import Position, rng_state, set_rng_state, to_cpu
-from train.data import Datasets, load_datasets
-from train.dist_env import DistEnv, all_gather_objects, init_process_group
-from train.entry import run_entrypoint
-from train.model import Net, build_optimizer
-from train.reporting import Progress, Reporter, parameter_digest
+
+from . import checkpoint
+from .args import TrainArgs
+from .checkpoint import Position, rng_state, set_rng_state, to_cpu
+from .data import Datasets, load_datasets
+from .dist_env import DistEnv, all_gather_objects, init_process_group
+from .entry import run_entrypoint
+from .model import Net, build_optimizer
+from .reporting import Progress, Reporter, parameter_digest
 
 STRATEGY = "ddp"
 STATE_FILE = "state.pt"
@@ -42,7 +43,7 @@ def resolve_device(requested: str, local_rank: int) -> torch.device:
                                f"{torch.cuda.device_count()}); use a cpu profile")
         return torch.device("cuda", local_rank)
     if requested == "xla":
-        from train import xla
+        from . import xla
 
         return xla.device()
     return torch.device("cpu")
@@ -203,7 +204,7 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
     # run restores part-way through an epoch.
     loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, generator=torch.Generator())
     if device.type == "xla":
-        from train import xla
+        from . import xla
 
         loader = xla.device_loader(loader, device)
     loop = _Loop(model=model, net=net, optimizer=build_optimizer(model.parameters(), args.lr), loader=loader,

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from launch import job
-from train import launch_support as support
-from train.args import TrainArgs
+
+from . import launch_support as support
+from .args import TrainArgs
 
 DistEnv = job.JobInfo  # who this process is, as launch.job says (the examples' name for it)
 
@@ -21,7 +22,7 @@ def for_device(device: str) -> DistEnv:
     me = job.info()
     if device != "xla":
         return me
-    from train import xla
+    from . import xla
 
     return replace(me, **xla.placement(), launched=True)
 
@@ -62,7 +63,7 @@ def init_process_group(env: DistEnv, backend: str, timeout_s: int | None, device
     timeout = timedelta(seconds=timeout_s) if timeout_s else timedelta(minutes=30)
     with rendezvous(env, timeout_s):
         if backend == "xla":
-            from train import xla
+            from . import xla
 
             xla.init_process_group(timeout)
             return

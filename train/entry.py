@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launch import job
-from train import launch_support as support
-from train.args import TrainArgs, parse_train_args, with_job_defaults
-from train.dist_env import DistEnv, for_device, shown
-from train.reporting import Reporter
+
+from . import launch_support as support
+from .args import TrainArgs, parse_train_args, with_job_defaults
+from .dist_env import DistEnv, for_device, shown
+from .reporting import Reporter
 
 TrainFunction = Callable[[TrainArgs, DistEnv, Reporter], dict[str, object]]
 

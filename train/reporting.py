@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from launch import job
-from train import launch_support as support
+
+from . import launch_support as support
 
 
 @dataclass

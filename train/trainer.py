@@ -1,4 +1,4 @@
-"""Transformers ``Trainer`` entrypoint: the same model, data and metrics as ``train.ddp``, the Trainer's loop.
+"""Transformers ``Trainer`` entrypoint: the same model, data and metrics as ``launch_examples.ddp``, the Trainer's loop.
 
 A collator turns (image, label) pairs into a dict, a Trainer subclass's ``compute_loss`` applies NLL loss to
 the model's log-probabilities, and TrainingArguments come from the shared TRAIN_ARGS (constant learning rate
@@ -16,14 +16,15 @@ import torch
 from torch.nn import functional as F
 
 from launch import job
-from train import checkpoint
-from train import launch_support as support
-from train.args import TrainArgs
-from train.data import load_datasets
-from train.dist_env import DistEnv, all_gather_objects, join_process_group
-from train.entry import run_entrypoint
-from train.model import Net
-from train.reporting import Reporter, parameter_digest
+
+from . import checkpoint
+from . import launch_support as support
+from .args import TrainArgs
+from .data import load_datasets
+from .dist_env import DistEnv, all_gather_objects, join_process_group
+from .entry import run_entrypoint
+from .model import Net
+from .reporting import Reporter, parameter_digest
 
 STRATEGY = "trainer"
 ADAMW_WEIGHT_DECAY = 0.01  # torch.optim.AdamW's default, which the ddp and accelerate loops use

@@ -1,6 +1,6 @@
 """XLA devices (Cloud TPU; PJRT's CPU device for tests): the only module that imports torch_xla.
 
-Also torch_xla's launcher for the ddp and trainer entrypoints: ``python -m train.xla MODULE [TRAIN_ARGS]``
+Also torch_xla's launcher for the ddp and trainer entrypoints: ``python -m launch_examples.xla MODULE [TRAIN_ARGS]``
 runs ``MODULE.main(TRAIN_ARGS)`` once per local XLA device (``torch_xla.launch``), the way torchrun runs it once
 per GPU. On a pod slice every host runs that same command; PJRT finds the other hosts itself.
 """
@@ -13,7 +13,8 @@ from types import ModuleType
 from typing import Any
 
 from launch import job
-from train import launch_support as support
+
+from . import launch_support as support
 
 
 class XlaUnavailable(RuntimeError):
@@ -95,8 +96,8 @@ def launch(module_name: str, argv: list[str]) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m train.xla MODULE [TRAIN_ARGS]")
-    from train import (
+        sys.exit("usage: python -m launch_examples.xla MODULE [TRAIN_ARGS]")
+    from . import (
         xla,  # by its name: the spawned processes import the function they run from there
     )
 

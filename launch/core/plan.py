@@ -177,7 +177,7 @@ def probe_target(code: Target, profile: Profile) -> Target:
 
 def process_command(inputs: PlanInputs) -> list[str]:
     """What each process runs, after the process launcher's own arguments: the code under launch's worker; on XLA hosts
-    under torch_xla's launcher, once per device (the bundled examples through their own, train.xla)."""
+    under torch_xla's launcher, once per device (the bundled examples through their own, launch_examples.xla)."""
     example, code = inputs.strategy.example, inputs.code
     if inputs.profile.device == "xla" and not inputs.checking:  # the probe: once per host
         if inputs.bundled and example.xla_launcher:

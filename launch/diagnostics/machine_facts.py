@@ -21,6 +21,8 @@ from typing import Any
 
 from launch.core.rendezvous import INTERFACE_VARIABLES
 
+DISTRIBUTION = "launch-torch-jobs"  # launch's name to pip (pyproject.toml); its import name is launch
+
 PACKAGES = ("accelerate", "transformers")  # their versions, as the code would import them
 XLA_PORT = 12355  # torch_xla's xla:// rendezvous port, where MASTER_PORT does not say another
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"  # a TPU VM's own facts
@@ -101,7 +103,7 @@ def local_facts(code: argparse.Namespace, head: str | None) -> dict[str, Any]:
     named = next((os.environ[name] for name in INTERFACE_VARIABLES if os.environ.get(name)), None)
     interface, address, problem = interface_toward(head, named)
     return {"host": socket.gethostname(), "python": platform.python_version(), "executable": sys.executable,
-            "launch": package_version("launch"), "torch": torch.__version__,
+            "launch": package_version(DISTRIBUTION), "torch": torch.__version__,
             "cuda": cuda, "nccl": nccl, **{name: package_version(name) for name in PACKAGES},
             "digest": code_digest(code.script, code.module), "interface": interface, "address": address,
             "accelerators": accelerators(os.environ.get("LAUNCH_DEVICE", "cpu")), "interface_problem": problem}

@@ -40,7 +40,7 @@ def test_progress_bar_on_a_terminal_and_none_in_logs_or_pipes(tmp_path: Path, st
 
 
 def _train_run(run_dir: Path, steps: int) -> None:
-    done = subprocess.run([sys.executable, "-m", "train.ddp", "--max-steps", str(steps), "--log-every", "5",
+    done = subprocess.run([sys.executable, "-m", "launch_examples.ddp", "--max-steps", str(steps), "--log-every", "5",
                            "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]

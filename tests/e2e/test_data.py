@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launch_examples import data
+from launch_examples.synthetic_digits import make_digits
+
 from tests.helpers import write_idx
-from train import data
-from train.synthetic_digits import make_digits
 
 
 def test_mnist_with_only_gzipped_t10k_files_splits_them(tmp_path: Path) -> None:

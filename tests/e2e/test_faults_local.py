@@ -181,8 +181,8 @@ def test_workers_do_not_outlive_a_killed_torchrun(tmp_path: Path) -> None:
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 10), "workers outlived torchrun"
 
 
-@pytest.mark.parametrize(("module", "rank"), [("train.ddp", 0), ("train.ddp", 1), ("train.accelerated", 1),
-                                              ("train.trainer", 1)])
+@pytest.mark.parametrize(("module", "rank"), [("launch_examples.ddp", 0), ("launch_examples.ddp", 1), ("launch_examples.accelerated", 1),
+                                              ("launch_examples.trainer", 1)])
 def test_a_peer_that_never_comes_fails_after_the_rendezvous_timeout(tmp_path: Path, module: str, rank: int) -> None:
     """Rank 0 waiting for a rank that never starts, or rank 1 looking for a head that is not there."""
     port = free_port()
@@ -272,8 +272,7 @@ def test_a_rank_that_prints_or_raises_a_secret_leaves_it_nowhere(tmp_path: Path)
 
 def _resume_in_rank(rank: int, store_file: str, folders: list[str], errors: object) -> None:
     import torch.distributed as dist
-
-    from train import checkpoint
+    from launch_examples import checkpoint
 
     dist.init_process_group("gloo", store=dist.FileStore(store_file, 2), rank=rank, world_size=2)
     try:
@@ -288,9 +287,8 @@ def _resume_in_rank(rank: int, store_file: str, folders: list[str], errors: obje
 def test_ranks_that_see_different_checkpoints_fail_together_instead_of_hanging(tmp_path: Path) -> None:
     """Hosts that do not share the run folder: rank 0 sees a checkpoint, rank 1 none. Both stop, saying why."""
     import torch.multiprocessing as mp
-
-    from train import checkpoint
-    from train.checkpoint import Position
+    from launch_examples import checkpoint
+    from launch_examples.checkpoint import Position
 
     shared_not, elsewhere = tmp_path / "host0", tmp_path / "host1"
     staged = checkpoint.stage(shared_not, 5)

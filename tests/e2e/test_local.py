@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launch_examples.synthetic_digits import make_digits
+
 from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, wait_for_run, write_idx
-from train.synthetic_digits import make_digits
 
 RESULT_FIELDS = {"strategy", "profile", "world_size", "num_nodes", "epochs", "steps", "train_loss", "eval_loss",
                  "eval_accuracy", "samples_per_second", "wall_seconds", "dataset"}
@@ -48,7 +49,7 @@ def test_submit_local_cpu_ddp_trains_two_ranks_in_lockstep(tmp_path: Path) -> No
 
 
 def test_ddp_entrypoint_runs_unchanged_as_one_process(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "train.ddp", "--max-steps", "5", "--run-dir", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "launch_examples.ddp", "--max-steps", "5", "--run-dir", str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
     assert result.returncode == 0, result.stderr

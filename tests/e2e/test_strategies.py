@@ -29,7 +29,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]
     commands = {strategy: ([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", strategy,
                             "--run-dir", str(root / strategy), "--", *COMMON], {"PYTHONPATH": path})
                 for strategy in ("ddp", "accelerate", "trainer")}
-    commands["single"] = ([sys.executable, "-m", "train.ddp", *COMMON, "--batch-size", "128", "--run-dir",
+    commands["single"] = ([sys.executable, "-m", "launch_examples.ddp", *COMMON, "--batch-size", "128", "--run-dir",
                            str(root / "single")], {"OMP_NUM_THREADS": "1"})
     started = {name: subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, **env}) for name, (argv, env) in commands.items()}

@@ -267,7 +267,7 @@ def test_xla_without_torch_xla_is_a_clear_error(tmp_path: Path) -> None:
                    "--run-dir", str(tmp_path / "r"), cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "device xla needs torch_xla" in done.stderr and "pip install 'launch[tpu]'" in done.stderr
-    direct = subprocess.run([sys.executable, "-m", "train.ddp", "--device", "xla", "--max-steps", "1"], cwd=ROOT,
+    direct = subprocess.run([sys.executable, "-m", "launch_examples.ddp", "--device", "xla", "--max-steps", "1"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert direct.returncode != 0 and "device xla needs torch_xla" in direct.stderr
 

@@ -24,11 +24,23 @@ STEPS = 6
 XLA_MARK = {"ddp": ("device", "xla"), "accelerate": ("distributed_type", "XLA"), "trainer": ("parallel_mode", "tpu")}
 
 
+_SEARCH_PATH: list[str] = [str(ROOT)]  # the XLA venv's PYTHONPATH: this checkout, and its examples as installed
+
+
+def _path() -> str:
+    return os.pathsep.join(_SEARCH_PATH)
+
+
 @pytest.fixture(scope="module")
-def xla_python() -> str:
-    """The XLA venv's python (the part ``xla``: the test skips, or fails in CI, before this runs without it)."""
+def xla_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The XLA venv's python (the part ``xla``: the test skips, or fails in CI, before this runs without it).
+    The venv holds launch's dependencies, not launch: this checkout comes through PYTHONPATH, with its train/
+    under the name pip installs it as (launch_examples)."""
     found = subprocess.run(["bash", str(ROOT / "tests" / "xla" / "venv.sh"), "--check"], capture_output=True,
                            text=True, check=True)
+    installed = tmp_path_factory.mktemp("installed")
+    (installed / "launch_examples").symlink_to(ROOT / "train", target_is_directory=True)
+    _SEARCH_PATH[:] = [str(ROOT), str(installed)]
     return found.stdout.strip()
 
 
@@ -38,7 +50,7 @@ def _submit(xla_python: str, strategy: str, run_dir: Path, *train_args: str) -> 
          "--run-dir", str(run_dir), "--", "--max-steps", str(STEPS), "--log-every", "2", "--checkpoint-every", "3",
          *train_args],
         cwd=ROOT, capture_output=True, text=True, timeout=420,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
+        env={**os.environ, "PYTHONPATH": _path(), "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 @pytest.fixture(scope="module")
@@ -78,15 +90,15 @@ def test_ddp_on_xla_resumes_from_its_checkpoint_exactly(xla_python: str, submitt
     assert done.returncode == 0, done.stderr[-3000:]
     halves = tmp_path / "halves"
     first = subprocess.run(
-        [xla_python, "-m", "train.xla", "train.ddp", "--device", "xla", "--max-steps", "3", "--log-every", "2",
+        [xla_python, "-m", "launch_examples.xla", "launch_examples.ddp", "--device", "xla", "--max-steps", "3", "--log-every", "2",
          "--run-dir", str(halves)], cwd=ROOT, capture_output=True, text=True, timeout=420,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"})
+        env={**os.environ, "PYTHONPATH": _path(), "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"})
     assert first.returncode == 0, first.stderr[-3000:]
     (halves / "result.json").unlink()  # the first half's own result: the run goes on
     second = subprocess.run(
-        [xla_python, "-m", "train.xla", "train.ddp", "--device", "xla", "--max-steps", str(STEPS), "--log-every",
+        [xla_python, "-m", "launch_examples.xla", "launch_examples.ddp", "--device", "xla", "--max-steps", str(STEPS), "--log-every",
          "2", "--run-dir", str(halves), "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=420,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"})
+        env={**os.environ, "PYTHONPATH": _path(), "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"})
     assert second.returncode == 0, second.stderr[-3000:]
     resumed = json.loads((halves / "result.json").read_text())
     assert resumed["resumed_from_step"] == 3
@@ -98,7 +110,7 @@ def test_a_cpu_profile_stays_on_the_cpu_where_torch_xla_is_installed(xla_python:
     run_dir = tmp_path / "cpu"
     done = subprocess.run([xla_python, "-m", "launch", "submit", "--profile", "local-cpu", "--strategy", "accelerate",
                            "--run-dir", str(run_dir), "--", "--max-steps", "2"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=420, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          text=True, timeout=420, env={**os.environ, "PYTHONPATH": _path()})
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert (result["distributed_type"], result["device"], result["world_size"]) == ("MULTI_CPU", "cpu", 2)
@@ -116,7 +128,7 @@ def test_a_user_script_runs_once_per_xla_device_through_torch_xlas_launcher(xla_
     run_dir, out = tmp_path / "run", tmp_path / "out.json"
     done = subprocess.run([xla_python, "-m", "launch", "submit", "--profile", str(PROFILE), "--script", str(script),
                            "--run-dir", str(run_dir), "--", "a b", "--x=--y", "-"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=420, env={**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(out),
+                          text=True, timeout=420, env={**os.environ, "PYTHONPATH": _path(), "OUT": str(out),
                                                        "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(out.read_text()) == {"argv": ["a b", "--x=--y", "-"], "rank": "0", "world": "1",

@@ -74,7 +74,7 @@ def test_render_shows_the_config_it_writes_and_the_command_that_uses_it(tmp_path
     assert result.returncode == 0, result.stderr
     config_path = f"{tmp_path / 'r'}/accelerate_config.yaml"
     assert f"file {config_path}:" in result.stdout
-    assert f"-m accelerate.commands.launch --config_file {config_path} -m launch.runtime.worker -m train.accelerated" \
+    assert f"-m accelerate.commands.launch --config_file {config_path} -m launch.runtime.worker -m launch_examples.accelerated" \
         in result.stdout
     assert "ACCELERATE_USE_CPU=true" in result.stdout and "distributed_type: MULTI_GPU" in result.stdout
 

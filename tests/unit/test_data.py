@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from launch_examples import data
+from launch_examples.synthetic_digits import make_digits
 
 from tests.helpers import write_idx
-from train import data
-from train.synthetic_digits import make_digits
 
 
 def test_synthetic_digits_are_mnist_shaped_balanced_and_seeded() -> None:

@@ -49,7 +49,7 @@ RUN_ORDER = ("module purge", "module load gcc/12.2 cuda/12.1", "source /opt/cond
     ("extends: slurm-local-2x2\n", "sbatch", "/opt/venv/bin/python -m torch.distributed.run"),
     ("extends: slurm-local-2x2\n", "submitit", "/opt/venv/bin/python -u -m submitit.core._submit"),
     (SSH, "submitit", "/opt/venv/bin/python -m launch.backends.ssh.host_guard"),
-    (TPU, "submitit", "/opt/venv/bin/python -m train.xla"),
+    (TPU, "submitit", "/opt/venv/bin/python -m launch_examples.xla"),
 ], ids=["local", "sbatch", "submitit", "ssh", "tpu"])
 def test_render_shows_the_shell_in_place_in_the_order_it_runs(write_profile, text: str, launcher: str,  # type: ignore[no-untyped-def]
                                                               command: str) -> None:

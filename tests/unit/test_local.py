@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -59,11 +60,18 @@ def test_cancel_and_status_never_trust_a_stale_pid(tmp_path: Path) -> None:
         bystander.kill()
 
 
-def test_a_wheel_install_carries_the_bundled_profiles(tmp_path: Path) -> None:
+def test_a_wheel_install_carries_the_bundled_profiles_and_examples_under_launchs_own_names(tmp_path: Path) -> None:
+    """The distribution (launch-torch-jobs) installs the packages launch and launch_examples, and no top-level
+    train that a user's own train.py could shadow or collide with."""
+    source = tmp_path / "source"  # without build outputs: a build/ left in the checkout would add to the wheel
+    every_level = shutil.ignore_patterns("*.egg-info", "__pycache__", ".*_cache")
+    top_level = {"build", ".git", ".venv", "venv", "runs", "data"}
+    shutil.copytree(ROOT, source, ignore=lambda folder, names: every_level(folder, names) |
+                    (top_level & set(names) if Path(folder) == ROOT else set()))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(tmp_path / "wheel"), str(ROOT)], capture_output=True, text=True)
+                            "-w", str(tmp_path / "wheel"), str(source)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "wheel").glob("launch-*.whl")
+    (wheel,) = (tmp_path / "wheel").glob("launch_torch_jobs-*.whl")
     target = tmp_path / "site"
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                                 str(wheel)], capture_output=True, text=True)
@@ -71,3 +79,10 @@ def test_a_wheel_install_carries_the_bundled_profiles(tmp_path: Path) -> None:
     listing = subprocess.run([sys.executable, "-m", "launch", "profiles"], cwd=tmp_path, capture_output=True,
                              text=True, env={**os.environ, "PYTHONPATH": str(target)})
     assert listing.returncode == 0 and "local-cpu" in listing.stdout, listing.stderr
+    assert sorted(path.name for path in target.iterdir() if (path / "__init__.py").is_file()) == \
+        ["launch", "launch_examples"]
+    (tmp_path / "train.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")  # a user's own, beside
+    rendered = subprocess.run([sys.executable, "-m", "launch", "render", "--profile", "local-cpu"], cwd=tmp_path,
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(target)})
+    assert rendered.returncode == 0, rendered.stderr
+    assert "-m launch.runtime.worker -m launch_examples.ddp" in rendered.stdout and not (tmp_path / "ran").exists()

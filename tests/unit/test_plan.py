@@ -34,7 +34,7 @@ def test_local_cpu_plan_is_one_torchrun_node_with_two_processes() -> None:
     assert plan.world_size == 2 and plan.job.backend == "local"
     node = plan.job.node
     assert node.argv == (PYTHON, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                         "--nproc_per_node", "2", "--max_restarts", "0", "-m", "launch.runtime.worker", "-m", "train.ddp",
+                         "--nproc_per_node", "2", "--max_restarts", "0", "-m", "launch.runtime.worker", "-m", "launch_examples.ddp",
                          "--epochs", "3", "--lr", "0.01"), "the arguments as given, nothing added"
     assert dict(node.env) == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": "2000",
                               "LAUNCH_RUN_DIR": "/runs/r1", "LAUNCH_CHECKPOINT_DIR": "/runs/r1/checkpoints",
@@ -182,10 +182,10 @@ def test_submitit_plan_is_one_task_per_process_running_the_code(write_profile) -
     assert parameters["cpus_per_task"] == 8 and parameters["mem"] == "200G" and parameters["time"] == 120
     assert parameters["additional_parameters"] == {"comment": "x"}
     assert parameters["srun_args"] == ["--kill-on-bad-exit=1"], "one dead task must end the job"
-    assert job.code.module == "train.accelerated" and job.folder == "/r/submitit" and job.workdir == "/w"
+    assert job.code.module == "launch_examples.accelerated" and job.folder == "/r/submitit" and job.workdir == "/w"
     text = render_text(plan)
     assert "RANK = SLURM_PROCID" in text and "MASTER_PORT = 20000 + SLURM_JOB_ID % 10000" in text
-    assert "python -m train.accelerated\n" in text and "LAUNCH_STOP_SIGNALS=SIGUSR2,SIGTERM" in text
+    assert "python -m launch_examples.accelerated\n" in text and "LAUNCH_STOP_SIGNALS=SIGUSR2,SIGTERM" in text
     assert "HF_TOKEN=****" in text and "hunter2" not in text
 
 
@@ -266,11 +266,16 @@ def test_profiles_render_and_accelerate_config_import_no_heavy_library() -> None
     assert "HEAVY []" in result.stdout, result.stdout + result.stderr
 
 
-def test_a_train_py_in_the_submitting_folder_is_named_not_run(tmp_path: Path) -> None:
-    """Many projects have their own train.py: where it would stand in for the bundled examples' package, a
-    bundled strategy is refused in one line, without running that file."""
+def test_a_train_py_in_the_submitting_folder_is_left_alone_and_a_stand_in_for_the_examples_is_named(
+        tmp_path: Path) -> None:
+    """Many projects have their own train.py: the bundled examples are launch_examples, which it cannot shadow.
+    A module of that name where it would stand in for them gets a bundled strategy refused in one line, without
+    running that file."""
     (tmp_path / "train.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")
     done = run_cli("render", "--profile", "local-cpu", "--strategy", "ddp", cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert f"({tmp_path / 'train.py'} stands in for it)" in done.stderr and not (tmp_path / "ran").exists()
+    assert done.returncode == 0 and "-m launch_examples.ddp" in done.stdout, done.stderr
     assert run_cli("render", "--profile", "local-cpu", "--script", "train.py", cwd=tmp_path).returncode == 0
+    (tmp_path / "launch_examples.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")
+    done = run_cli("render", "--profile", "local-cpu", "--strategy", "ddp", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"({tmp_path / 'launch_examples.py'} stands in for it)" in done.stderr and not (tmp_path / "ran").exists()

@@ -221,7 +221,7 @@ def test_all_problems_of_a_file_are_reported_together(write_profile) -> None:  #
     (["--profile", "local-cpu", "--module", "no_such_pkg.train"],
      ["--module no_such_pkg.train: does not import", "No module named 'no_such_pkg'"]),
     (["--profile", "local-cpu", "--strategy", "trainer", "--script", "bench/handwritten_ddp.py"],
-     ["runs the bundled example train.trainer only", "use --strategy ddp"]),
+     ["runs the bundled example launch_examples.trainer only", "use --strategy ddp"]),
     (["--profile", "local-cpu", "--script", "a.py", "--module", "b"], ["not allowed with argument"]),
 ])
 def test_bad_command_line_exits_2_with_one_line_and_no_traceback(args: list[str], expected: list[str]) -> None:

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from launch_examples.args import TrainArgs, parse_train_args
 
 from launch.backends import load_profile, render_text
 from launch.backends.local import backend as local
 from launch.core import shell
 from launch.core.entrypoint import Target
 from launch.planning import build_plan
-from train.args import TrainArgs, parse_train_args
 
 # Anything a process can receive: every character but NUL (and lone surrogates, which no OS string holds).
 ANY_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)

@@ -63,6 +63,17 @@ def test_the_examples_use_only_launchs_public_in_job_api() -> None:
             offending += [f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in named
                           if (name == "launch" or name.startswith("launch.")) and name != "launch.job"]
     assert offending == [], "train/ imports launch only as `from launch import job` (or through launch_support)"
-    import train.launch_support as support
+    import launch_examples.launch_support as support
 
     assert len(support.__all__) <= 10, "the examples' own helpers stay few: the API is launch.job"
+
+
+def test_the_distribution_name_doctor_and_check_report_is_pyprojects() -> None:
+    """`launch check` compares launch's version on every rank by its distribution's name, which is not its import
+    name: the two must agree, or every rank reports none."""
+    import tomllib
+
+    from launch.diagnostics.machine_facts import DISTRIBUTION
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert DISTRIBUTION == project["name"] != "launch"

@@ -65,7 +65,7 @@ def test_render_shows_the_array_each_points_arguments_and_folder(tmp_path: Path,
     assert out.startswith(f"sweep:     4 points (2 lr x 2 seed) in {tmp_path / 'sw'}\none job array of 4 elements, "
                           "at most 2 running at once")
     assert f"point 3: --lr 0.2 --seed 2  ->  {tmp_path / 'sw' / 'p003-lr=0.2-seed=2'}" in out
-    assert "code:      -m train.ddp --epochs 1 --lr 0.1 --seed 1" in out  # point 0's whole plan
+    assert "code:      -m launch_examples.ddp --epochs 1 --lr 0.1 --seed 1" in out  # point 0's whole plan
     if launcher == "sbatch":
         assert f"submitted with: sbatch --parsable --array=0-3%2 {tmp_path / 'sw' / 'array.sbatch'}" in out
         assert f"  3) exec bash {tmp_path / 'sw' / 'p003-lr=0.2-seed=2' / 'job.sbatch'} ;;" in out

@@ -36,7 +36,7 @@ def test_tpu_render_matches_its_reviewed_golden_file(profile: str) -> None:
 def test_single_tpu_vm_runs_here_one_process_per_chip_through_torch_xla() -> None:
     plan = tpu_plan("tpu-v4-8", "ddp")
     node = plan.job.node
-    assert node.argv[:4] == ("/opt/venv/bin/python", "-m", "train.xla", "train.ddp")
+    assert node.argv[:4] == ("/opt/venv/bin/python", "-m", "launch_examples.xla", "launch_examples.ddp")
     assert ("PJRT_DEVICE", "TPU") in node.env and plan.job.backend == "local"
     accelerate = tpu_plan("tpu-v4-8", "accelerate").job.node
     assert accelerate.argv[1:6] == ("-m", "accelerate.commands.launch", "--config_file",
@@ -48,7 +48,7 @@ def test_pod_plan_is_one_gcloud_command_for_every_host() -> None:
     assert plan.job.backend == "gcloud"
     assert plan.job.submit_argv[:12] == ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu-v4-32", "--zone",
                                      "us-central2-b", "--project", "my-gcp-project", "--worker=all", "--command")
-    assert plan.job.node.argv[:4] == ("python3", "-m", "train.xla", "train.trainer")
+    assert plan.job.node.argv[:4] == ("python3", "-m", "launch_examples.xla", "launch_examples.trainer")
     assert dict(plan.env)["LAUNCH_RUN_DIR"] == host_run_dir("/runs/r1") and plan.job.node.cwd == "launch"
     # Two local folders of one name never share a folder (and its checkpoints) on the hosts; one folder keeps its own.
     assert host_run_dir("/a/exp") != host_run_dir("/b/exp") and host_run_dir("/a/exp") == host_run_dir("/a/exp")

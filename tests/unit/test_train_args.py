@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from train.args import TrainArgs, TrainArgsError, parse_train_args
+from launch_examples.args import TrainArgs, TrainArgsError, parse_train_args
 
 
 def test_round_trip_keeps_every_value() -> None:
