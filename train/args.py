@@ -117,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def usage() -> str:
+    """The training arguments, as ``--help`` shows them when an example runs on its own."""
+    return _parser().format_usage() + \
+        "(through launch: python -m launch submit ... -- TRAIN_ARGS; the README's Training arguments say each)\n"
+
+
 def parse_train_args(argv: list[str] | tuple[str, ...]) -> TrainArgs:
     """Parse TRAIN_ARGS strictly: unknown or malformed arguments raise TrainArgsError."""
     try:

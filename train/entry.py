@@ -15,7 +15,7 @@ from pathlib import Path
 from launch import job
 
 from . import launch_support as support
-from .args import TrainArgs, parse_train_args, with_job_defaults
+from .args import TrainArgs, TrainArgsError, parse_train_args, usage, with_job_defaults
 from .dist_env import DistEnv, for_device, shown
 from .reporting import Reporter
 
@@ -26,7 +26,15 @@ def run_entrypoint(train: TrainFunction, argv: list[str] | None = None) -> int:
     """Parse TRAIN_ARGS (launch's values filling what they leave unset), train, and write result.json on the
     main process."""
     job.phase_done("imports")  # the entrypoint's modules (torch and its library) are in
-    args = with_job_defaults(parse_train_args(sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    if "-h" in given or "--help" in given:  # run on its own (through launch, the arguments were checked before)
+        print(usage(), end="")
+        return 0
+    try:
+        args = with_job_defaults(parse_train_args(given))
+    except TrainArgsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     env = for_device(args.device)
     if args.device == "xla":  # Accelerate and Transformers read it on XLA devices other than TPUs (else -1: silent)
         os.environ.setdefault("LOCAL_RANK", str(env.local_rank))

@@ -41,3 +41,21 @@ def test_checkpoint_writes_take_a_mode_and_the_earlier_sync_flag_still_means_syn
     assert old.checkpoint_writes == "sync" and old.to_argv() == ("--checkpoint-writes", "sync")
     with pytest.raises(TrainArgsError, match="invalid choice: 'later'"):
         parse_train_args(["--checkpoint-writes", "later"])
+
+
+@pytest.mark.parametrize("module", ["launch_examples.ddp", "launch_examples.accelerated"])  # the trainer: the same entry
+def test_an_example_run_on_its_own_shows_its_flags_or_one_line_without_a_traceback(module: str) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    shown = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0 and "--max-steps MAX_STEPS" in shown.stdout, shown.stderr
+    refused = subprocess.run([sys.executable, "-m", module, "--max-step", "3"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert refused.stderr == "error: unrecognised argument '--max-step'; did you mean '--max-steps'? allowed: " \
+        "--epochs, --max-steps, --batch-size, --lr, --dataset, --data-dir, --seed, --log-every, --checkpoint-every, " \
+        "--checkpoint-writes\n"
