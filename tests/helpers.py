@@ -112,12 +112,13 @@ def _poll(condition: Callable[[], object], left: Callable[[], float], pause_s: f
 def _tree_state(folder: Path) -> tuple[int, int]:
     """(file count + total size, latest change) of everything under ``folder``: it changes while a job writes."""
     size = latest = 0
-    for path in folder.rglob("*") if folder.is_dir() else ():
-        try:
-            found = path.stat()
-        except OSError:  # removed while we looked
-            continue
-        size, latest = size + found.st_size + 1, max(latest, found.st_mtime_ns)
+    for parent, folders, files in os.walk(folder):  # a folder removed while we look is passed over
+        for name in (*folders, *files):
+            try:
+                found = os.stat(os.path.join(parent, name), follow_symlinks=False)
+            except OSError:  # removed while we looked
+                continue
+            size, latest = size + found.st_size + 1, max(latest, found.st_mtime_ns)
     return size, latest
 
 

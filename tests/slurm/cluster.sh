@@ -128,7 +128,9 @@ ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-KillWait=5
+# SIGTERM to SIGKILL at a cancel or time limit (real sites: 30 s or more): the batch script's after lines run in
+# it once the tasks end, which takes seconds on a busy two-core machine (5 s was too short there).
+KillWait=15
 MinJobAge=300
 $nodes
 # Real preemption: a job in "high" requeues the jobs of "debug" it needs the nodes of (and "high2" those of

@@ -43,7 +43,7 @@ def test_checkpoint_writes_take_a_mode_and_the_earlier_sync_flag_still_means_syn
         parse_train_args(["--checkpoint-writes", "later"])
 
 
-@pytest.mark.parametrize("module", ["launch_examples.ddp", "launch_examples.accelerated"])  # the trainer: the same entry
+@pytest.mark.parametrize("module", ["launch_examples.ddp", "launch_examples.accelerated"])  # the trainer: the same entry code
 def test_an_example_run_on_its_own_shows_its_flags_or_one_line_without_a_traceback(module: str) -> None:
     import subprocess
     import sys
