@@ -77,7 +77,7 @@ def wait_for_run(condition: Callable[[], object], watched: Path, stall_s: float 
                 seen, changed_at = now, looked_at
         return min(changed_at + stall_s, deadline) - time.monotonic()
 
-    return _poll(condition, left, *((every_s, every_s) if every_s else ()))
+    return _poll(condition, left, pause_s=every_s or 0.5, longest_s=every_s or 2.0)
 
 
 def communicate_while_running(process: subprocess.Popen[str], watched: Path, stall_s: float,

@@ -1,4 +1,5 @@
-"""Native DDP entrypoint: ``torchrun ... -m launch_examples.ddp [TRAIN_ARGS]``, or ``python -m launch_examples.ddp`` alone.
+"""Native DDP entrypoint: ``torchrun ... -m launch_examples.ddp [TRAIN_ARGS]``, or
+``python -m launch_examples.ddp`` alone.
 
 Process group from torchrun's environment (gloo on CPU, nccl on CUDA), DistributedSampler with set_epoch,
 the optimizer on the DDP model's parameters, evaluation reduced across ranks, printing on rank 0 only.

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from launch.backends.slurm.options import DEFAULT_LAUNCHER, LAUNCHERS
 from launch.core import layout, profile_loader
+from launch.core.plan import JobT, JobT_co  # a backend's own job type (SbatchJob, LocalJob ...)
 from launch.core.profile_loader import SectionRules
 from launch.runs import merged_logs, run_folder
 
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
     from launch.core.strategy import NodeWiring
 
 State = dict[str, Any]
-JobT = TypeVar("JobT", bound="BackendJob")  # a backend's own job (SbatchJob, LocalJob ...)
-JobT_co = TypeVar("JobT_co", bound="BackendJob", covariant=True)
 JobT_contra = TypeVar("JobT_contra", bound="BackendJob", contravariant=True)
 ArrayT = TypeVar("ArrayT", bound="BackendArray")
 ArrayT_co = TypeVar("ArrayT_co", bound="BackendArray", covariant=True)

@@ -227,7 +227,7 @@ def node_argv(inputs: PlanInputs, node: NodeContext, run_dir: str, python: str) 
 def plan_files(inputs: PlanInputs, run_dir: str) -> tuple[PlanFile, ...]:
     return tuple(PlanFile(path=path, text=text)
                  for path, text in inputs.strategy.launcher.files(inputs.profile, run_dir, inputs.accelerate_config,
-                                                                inputs.accelerate_wiring))
+                                                                  inputs.accelerate_wiring))
 
 
 def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:

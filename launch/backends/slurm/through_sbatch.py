@@ -89,5 +89,6 @@ def _point_script(plan: LaunchPlan[SbatchJob]) -> str:
     return next(file.path for file in plan.files if file.path.endswith("job.sbatch"))
 
 
-BACKEND: Backend[SbatchJob] = SlurmBackend("sbatch", SlurmLauncher(build=build_sbatch, submit=_submit, render=_render, array=_array,
-                                                submit_array=_submit_array, render_array=_render_array))
+BACKEND: Backend[SbatchJob] = SlurmBackend("sbatch", SlurmLauncher(
+    build=build_sbatch, submit=_submit, render=_render, array=_array, submit_array=_submit_array,
+    render_array=_render_array))

@@ -152,5 +152,6 @@ def _array(plans: Sequence[LaunchPlan[SubmititJob]], folder: str, parallel: int)
     return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePath(folder, ARRAY_FOLDER)))
 
 
-BACKEND: Backend[SubmititJob] = SlurmBackend("submitit", SlurmLauncher(build=build_submitit, submit=_submit, render=_render, array=_array,
-                                                submit_array=_submit_array, render_array=_render_array))
+BACKEND: Backend[SubmititJob] = SlurmBackend("submitit", SlurmLauncher(
+    build=build_submitit, submit=_submit, render=_render, array=_array, submit_array=_submit_array,
+    render_array=_render_array))
