@@ -89,9 +89,10 @@ def _add_job_command(commands: argparse._SubParsersAction, name: str, text: str)
                       "ARGS`, imported from this folder")
     command.add_argument("--run-dir", help="run folder (default: a new one under runs/); of a sweep: the "
                                            "sweep folder, each point's run folder inside it")
-    command.add_argument("--launcher", choices=LAUNCHERS, default=DEFAULT_LAUNCHER,
-                         help="SLURM profiles: submitit (one task per process, the default) or sbatch (a "
-                              "batch script whose task per node runs torchrun / accelerate launch)")
+    command.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                         help=f"SLURM profiles: submitit (one task per process, the default) or sbatch (a "
+                              f"batch script whose task per node runs torchrun / accelerate launch; the default "
+                              f"through a login host, slurm.login); default {DEFAULT_LAUNCHER}")
     command.add_argument("--no-snapshot", action="store_true",
                          help="SLURM and TPU hosts: run the live files, not the copy of your script's project "
                               "that is otherwise taken at submit (the git work tree, or the script's folder)")

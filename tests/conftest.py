@@ -67,7 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needed = _needs(item)
         if folder == "cluster" and not {"slurm", "sshd"} & set(needed):
             raise pytest.UsageError(f"{item.nodeid}: a cluster test needs the cluster: take its fixture "
-                                    "(slurm_cluster, second_pair, ssh_hosts) or mark it @pytest.mark.needs(\"slurm\")")
+                                    "(slurm_cluster, second_pair, ssh_hosts, login_host) or mark it @pytest.mark.needs(\"slurm\")")
         if needed:
             item.add_marker(pytest.mark.needs(*needed))
         groups[item.nodeid] = group_of(item, folder)
@@ -214,6 +214,19 @@ def ssh_hosts(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease)
     with testcluster.Turn(*lanes):
         _ready(lanes)
         yield testcluster.SshHosts(state=testcluster.STATE)
+
+
+@pytest.fixture
+def login_host(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease,
+               tmp_path: Path) -> Iterator[testcluster.LoginHost]:
+    """The cluster's login host in front of the second node pair (n3, n4), this test's alone while it runs (the
+    pair's lane), with a workdir on the cluster made for the test."""
+    _take(_cluster_lease, ssh=True)
+    with testcluster.Turn("slurm2"):
+        _ready(("slurm2",))
+        folder = tmp_path / "cluster"
+        folder.mkdir()
+        yield testcluster.LoginHost(state=testcluster.STATE, cluster_dir=folder, pair=testcluster.PAIRS["slurm2"])
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ def _alive(pid_file: Path) -> bool:
 def _daemons_up(*, ssh: bool) -> bool:
     """Whether the cluster is up: its controller (a node's slurmd is the node pair's business: a test may kill
     one, and ``NodePair.make_ready`` starts it again) and, with ``ssh``, every node's sshd."""
-    names = ["slurmctld", "munged", *(f"sshd-{node}" for node in NODES if ssh)]
+    names = ["slurmctld", "munged", *(f"sshd-{node}" for node in (*NODES, LOGIN) if ssh)]
     return (STATE / "slurm.conf").is_file() and all(_alive(LOCKS / f"{name}.pid") for name in names)
 
 
@@ -260,6 +260,8 @@ PAIRS = {pair.lane: pair for pair in (NodePair("slurm", ("n1", "n2"), "debug", "
 
 
 LANES = ("slurm", "slurm2", "hosts")  # the two node pairs' jobs; n1 and n2's sshd and what runs through them
+LOGIN = "login"  # the login host's namespace (tests/slurm/cluster.sh): an sshd and SLURM's clients, no slurmd
+LOGIN_ADDRESS = f"{SUBNET}.20"
 FIRST_PAIR_LANES = ("slurm", "hosts")  # every lane on n1 and n2: a test that changes their network holds both
 
 
@@ -279,13 +281,10 @@ class Turn:
             os.close(fd)
 
 
-@dataclass(frozen=True)
-class SshHosts:
-    """The test cluster's nodes as ssh hosts: an sshd in each node's namespace, a key made for the test."""
+class ClusterKeys:
+    """The client key and known hosts that cluster.sh ssh-start made for the test hosts' sshd."""
 
-    state: Path  # the cluster's state folder; STATE/ssh holds the keys, STATE/srv-NODE is NODE's /srv
-    hosts: tuple[str, ...] = ("root@10.231.77.11", "root@10.231.77.12:2222")  # n1 on port 22, n2 on 2222
-    names: tuple[str, ...] = ("n1", "n2")
+    state: Path  # the cluster's state folder; STATE/ssh holds the keys
 
     @property
     def identity(self) -> Path:
@@ -294,6 +293,15 @@ class SshHosts:
     @property
     def known_hosts(self) -> Path:
         return self.state / "ssh" / "known_hosts"
+
+
+@dataclass(frozen=True)
+class SshHosts(ClusterKeys):
+    """The test cluster's nodes as ssh hosts: an sshd in each node's namespace, a key made for the test."""
+
+    state: Path  # the cluster's state folder; STATE/ssh holds the keys, STATE/srv-NODE is NODE's /srv
+    hosts: tuple[str, ...] = ("root@10.231.77.11", "root@10.231.77.12:2222")  # n1 on port 22, n2 on 2222
+    names: tuple[str, ...] = ("n1", "n2")
 
     def srv(self, name: str) -> Path:
         """What node ``name`` sees as /srv: its own, not the other's."""
@@ -314,3 +322,36 @@ class SshHosts:
             + f"  workdir: {ROOT}\n  runs_dir: /srv/runs\n",
             encoding="utf-8")
         return path
+
+
+@dataclass(frozen=True)
+class LoginHost(ClusterKeys):
+    """The cluster's login host (its own namespace, sshd and SLURM's clients) in front of the second node pair,
+    and a laptop beside it: a mount namespace where the cluster's folder ``cluster_dir`` is hidden."""
+
+    state: Path
+    cluster_dir: Path  # the test's workdir on the cluster (its shared file system is this machine's)
+    pair: NodePair
+
+    @property
+    def host(self) -> str:
+        return f"root@{LOGIN_ADDRESS}"
+
+    def profile(self, folder: Path, *, name: str = "login.yaml", login: str = "", extra: str = "",
+                python: str = sys.executable) -> Path:
+        """slurm-local-2x2 on the second pair, submitted through the login host (``login``: more indented
+        lines of slurm.login; ``extra``: top-level YAML); ``python`` is the cluster's."""
+        path = folder / name
+        path.write_text(
+            f"extends: slurm-local-2x2\npython: {python}\n{extra}slurm:\n  partition: {self.pair.partition}\n"
+            f"  login:\n    host: {self.host}\n    workdir: {self.cluster_dir}\n    identity_file: {self.identity}\n"
+            f"    options: {{UserKnownHostsFile: {self.known_hosts}, StrictHostKeyChecking: 'yes', "
+            f"IdentitiesOnly: 'yes'}}\n{login}", encoding="utf-8")
+        return path
+
+    def laptop(self, argv: list[str], *, rsync: bool = True) -> list[str]:
+        """``argv`` run as on a laptop: the cluster's folder hidden under an empty tmpfs (and without ``rsync``,
+        its program covered by /dev/null, which is not executable: launch falls back to tar)."""
+        hide = "" if rsync else 'p=$(command -v rsync) && mount --bind /dev/null "$p"; '
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                hide + 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(self.cluster_dir), *argv]

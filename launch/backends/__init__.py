@@ -161,7 +161,8 @@ def name_for(profile: Profile, launcher: str | None = None) -> str:
     """The one place a profile's kind picks a backend (SLURM's by its launcher: LAUNCHERS, by default
     DEFAULT_LAUNCHER)."""
     if profile.kind == "slurm":
-        return launcher or DEFAULT_LAUNCHER
+        through_login = profile.slurm is not None and profile.slurm.login is not None
+        return launcher or ("sbatch" if through_login else DEFAULT_LAUNCHER)  # submitit runs here only
     if profile.tpu is not None and profile.tpu.via_gcloud:
         return "gcloud"
     if profile.kind == "ssh":

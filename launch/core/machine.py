@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DISTRIBUTION = "launch-torch-jobs"  # launch's name to pip (pyproject.toml); its import name is launch
 SLURM_COMMANDS = ("sbatch", "srun", "scontrol", "squeue", "scancel")  # looked up on PATH
 NOT_CONFIGURED = "not configured here"  # how Machine.slurm_version starts where SLURM's commands cannot answer
 

@@ -22,6 +22,20 @@ class Rendezvous:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoginSection:
+    """The cluster's login host, when launch runs elsewhere (a laptop): reached with the OpenSSH client, as
+    ``~/.ssh/config`` knows it; the code and the plan's files are shipped into ``workdir`` there, and the job is
+    submitted and followed from there. The profile's ``python`` names the cluster's interpreter (python3)."""
+
+    host: str  # [user@]host[:port], as ssh and ~/.ssh/config know it
+    workdir: str  # the project folder on the cluster's shared file system (absolute); the job starts there
+    identity_file: str | None = None  # ssh -i
+    jump_host: str | None = None  # ssh -J (ProxyJump)
+    options: dict[str, str] = field(default_factory=dict)  # ssh -o KEY=VALUE
+    runs_dir: str = "runs"  # run folders on the cluster live here (relative: to workdir)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SlurmSection:
     """The allocation asked of SLURM; field names follow sbatch's long options."""
 
@@ -40,6 +54,7 @@ class SlurmSection:
     job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
     srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
     extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
+    login: LoginSection | None = None  # submit through this login host over ssh (else: sbatch is here)
 
 
 @dataclass(frozen=True, kw_only=True)

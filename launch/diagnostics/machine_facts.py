@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launch.core.machine import DISTRIBUTION
 from launch.core.rendezvous import INTERFACE_VARIABLES
-
-DISTRIBUTION = "launch-torch-jobs"  # launch's name to pip (pyproject.toml); its import name is launch
 
 PACKAGES = ("accelerate", "transformers")  # their versions, as the code would import them
 XLA_PORT = 12355  # torch_xla's xla:// rendezvous port, where MASTER_PORT does not say another

@@ -16,7 +16,9 @@
 # a lease itself hands its lock in as file descriptor CLUSTER_LEASE_FD.
 #
 # For the ssh tests each node also runs its own sshd (Debian's openssh-server) with a host key and a client
-# key made here, in STATE/ssh; nothing of this machine's own ssh configuration is read or changed. Each
+# key made here, in STATE/ssh; nothing of this machine's own ssh configuration is read or changed. A fifth
+# namespace, the login host (10.231.77.20), runs an sshd and no slurmd: SLURM's client commands there reach
+# slurmctld, as on a site's login node (the tests of submitting from a laptop through it). Each
 # node's /srv is its own folder (STATE/srv-NODE, a private bind mount), so a run folder there is that host's.
 #
 # Each node (n1 to n4) is a network namespace with its own address on a private bridge, its own hostname (UTS
@@ -32,6 +34,8 @@ PREFIX=launchsl                # namespaces launchsl-n1 ... launchsl-n4; bridge 
 SUBNET=10.231.77               # the test hosts' own addresses, inside namespaces made here
 CTL_ADDR=$SUBNET.1
 NODES=(n1 n2 n3 n4)
+LOGIN=login                    # the login host: a namespace of its own with an sshd and SLURM's client commands
+LOGIN_ADDR=$SUBNET.20
 PAIR1=n1,n2                    # partitions debug and high
 PAIR2=n3,n4                    # partitions debug2 and high2
 CPUS_PER_NODE=2
@@ -88,10 +92,10 @@ install() {
     command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v nft >/dev/null \
         && [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v scp >/dev/null \
         && [ -r /usr/share/modules/init/bash ] && command -v podman >/dev/null && command -v runc >/dev/null \
-        && return 0
+        && command -v rsync >/dev/null && return 0
     apt-get update -qq
     apt-get install -y -qq slurm-wlm munge nftables openssh-server openssh-client environment-modules \
-        podman runc >/dev/null
+        podman runc rsync >/dev/null
 }
 
 write_config() {
@@ -144,20 +148,24 @@ PartitionName=high2 Nodes=$PAIR2 MaxTime=INFINITE State=UP PriorityTier=10 Preem
 EOF
 }
 
+add_namespace() {  # NAME ADDRESS: a network namespace on the bridge, with that address on its eth0
+    local ns="$PREFIX-$1"
+    ip netns add "$ns"
+    ip link add "$PREFIX-$1" type veth peer name eth0 netns "$ns"
+    ip link set "$PREFIX-$1" master "$PREFIX-br" up
+    ip netns exec "$ns" ip addr add "$2/24" dev eth0
+    ip netns exec "$ns" ip link set eth0 up
+    ip netns exec "$ns" ip link set lo up
+}
+
 start_network() {
     ip link add "$PREFIX-br" type bridge
     ip addr add "$CTL_ADDR/24" dev "$PREFIX-br"
     ip link set "$PREFIX-br" up
-    local i name ns
+    local i name
     for i in "${!NODES[@]}"; do
         name=${NODES[$i]}
-        ns="$PREFIX-$name"
-        ip netns add "$ns"
-        ip link add "$PREFIX-$name" type veth peer name eth0 netns "$ns"
-        ip link set "$PREFIX-$name" master "$PREFIX-br" up
-        ip netns exec "$ns" ip addr add "$(node_addr $((i + 1)))/24" dev eth0
-        ip netns exec "$ns" ip link set eth0 up
-        ip netns exec "$ns" ip link set lo up
+        add_namespace "$name" "$(node_addr $((i + 1)))"
         {
             echo "127.0.0.1 localhost"
             echo "$CTL_ADDR ctl"
@@ -165,6 +173,9 @@ start_network() {
             for j in "${!NODES[@]}"; do echo "$(node_addr $((j + 1))) ${NODES[$j]}"; done
         } >"$STATE/hosts-$name"
     done
+    add_namespace "$LOGIN" "$LOGIN_ADDR"
+    cp "$STATE/hosts-${NODES[0]}" "$STATE/hosts-$LOGIN"
+    echo "$LOGIN_ADDR $LOGIN" >>"$STATE/hosts-$LOGIN"
 }
 
 start() {
@@ -219,21 +230,34 @@ ssh_start() {  # an sshd in every node, reachable from here with STATE/ssh/id_ed
         nsenter --net="/run/netns/$PREFIX-$name" unshare --mount --uts -- sh -c \
             "mount --bind '$STATE/hosts-$name' /etc/hosts && mount --bind '$STATE/srv-$name' /srv && hostname $name && exec /usr/sbin/sshd -f '$dir/sshd_config-$name' -E '$STATE/log/sshd-$name.log'" 8>&-
     done
-    for i in "${!NODES[@]}"; do  # up once it answers
+    # The login host: SLURM's client commands reach slurmctld with the cluster's slurm.conf (SetEnv), as a site's
+    # login node does with its /etc/slurm; it runs no slurmd. STATE/login-bin comes first on its PATH (empty: a test
+    # may put a command there that stands in front of SLURM's).
+    mkdir -p "$STATE/login-bin"
+    echo "$LOGIN_ADDR $(cut -d' ' -f1,2 "$dir/host_ed25519.pub")" >>"$dir/known_hosts"
+    printf '%s\n' "Port 22" "ListenAddress $LOGIN_ADDR" "HostKey $dir/host_ed25519" "AuthorizedKeysFile $dir/authorized_keys" \
+        "PermitRootLogin prohibit-password" "PasswordAuthentication no" "KbdInteractiveAuthentication no" "UsePAM no" \
+        "StrictModes no" "MaxStartups 100" "SetEnv SLURM_CONF=$STATE/slurm.conf PATH=$STATE/login-bin:/usr/local/bin:/usr/bin:/bin" "PidFile $PIDS/sshd-$LOGIN.pid" \
+        >"$dir/sshd_config-$LOGIN"
+    stop_pid "$PIDS/sshd-$LOGIN.pid"
+    nsenter --net="/run/netns/$PREFIX-$LOGIN" unshare --mount --uts -- sh -c \
+        "mount --bind '$STATE/hosts-$LOGIN' /etc/hosts && hostname $LOGIN && exec /usr/sbin/sshd -f '$dir/sshd_config-$LOGIN' -E '$STATE/log/sshd-$LOGIN.log'" 8>&-
+    local addr
+    for addr in $(for i in "${!NODES[@]}"; do node_addr $((i + 1)); done) "$LOGIN_ADDR"; do  # up once it answers
         for tries in $(seq 1 40); do
             ssh -i "$dir/id_ed25519" -o IdentitiesOnly=yes -o UserKnownHostsFile="$dir/known_hosts" \
-                -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=2 "root@$(node_addr $((i + 1)))" true \
+                -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=2 "root@$addr" true \
                 2>/dev/null && break
-            [ "$tries" = 40 ] && { echo "sshd on ${NODES[$i]} did not come up; $STATE/log/sshd-${NODES[$i]}.log" >&2; exit 1; }
+            [ "$tries" = 40 ] && { echo "sshd on $addr did not come up; logs in $STATE/log" >&2; exit 1; }
             sleep 0.25
         done
     done
-    echo "sshd up on ${NODES[*]}: ssh -i $dir/id_ed25519 -o UserKnownHostsFile=$dir/known_hosts root@$(node_addr 1)"
+    echo "sshd up on ${NODES[*]} $LOGIN: ssh -i $dir/id_ed25519 -o UserKnownHostsFile=$dir/known_hosts root@$(node_addr 1)"
 }
 
 ssh_stop() {
     local name
-    for name in "${NODES[@]}"; do stop_pid "$PIDS/sshd-$name.pid"; done
+    for name in "${NODES[@]}" "$LOGIN"; do stop_pid "$PIDS/sshd-$name.pid"; done
 }
 
 wait_until_idle() {
@@ -281,11 +305,11 @@ stop() {
 stop_leftovers() {  # every daemon, namespace and link of a test cluster, whichever STATE started it
     local name ns pid found="" daemons=()
     for name in "${NODES[@]}"; do daemons+=("$PIDS/slurmd-$name.pid" "$PIDS/sshd-$name.pid"); done
-    daemons+=("$PIDS/slurmctld.pid")
+    daemons+=("$PIDS/slurmctld.pid" "$PIDS/sshd-$LOGIN.pid")
     for name in "${daemons[@]}"; do [[ -f $name && $name != *sshd* ]] && found=1; done
     stop_pid "${daemons[@]}"
     stop_pid "$PIDS/munged.pid"  # last: slurmctld and slurmd talk through it until they end
-    for name in "${NODES[@]}"; do
+    for name in "${NODES[@]}" "$LOGIN"; do
         ns="$PREFIX-$name"
         # Anything still running in the node (a job step's processes) goes with it.
         if ip netns list | grep -qw "$ns"; then

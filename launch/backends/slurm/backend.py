@@ -3,8 +3,6 @@ and the nodes' names; and sbatch's refusals as one line."""
 
 from __future__ import annotations
 
-import re
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic
 
 from launch.backends import JobArrays, State
+from launch.backends.slurm import cluster as clusters
+from launch.backends.slurm.cluster import REMOTE_KEY, Cluster
 from launch.backends.slurm.follow import cancel, current_status, follow
 from launch.backends.slurm.state import job_state
 from launch.core import layout
@@ -20,7 +20,7 @@ from launch.core.plan import JobT, LaunchPlan, PlanInputs
 from launch.core.profile import Profile
 from launch.core.secrets import looks_secret
 from launch.core.strategy import NodeWiring
-from launch.errors import SubmitError, WorkerFailure
+from launch.errors import LaunchError, SubmitError, WorkerFailure
 from launch.runs import outcome, run_folder
 
 if TYPE_CHECKING:
@@ -31,15 +31,6 @@ if TYPE_CHECKING:
 
 def secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
     return {name: value for name, value in env if looks_secret(name, marked)}
-
-
-def sbatch_reason(text: str) -> str:
-    """sbatch's first error line, wherever it sits in the text (sbatch's stderr, or submitit's message)."""
-    errors = re.findall(r"sbatch: error: (.+)", text)
-    if errors:
-        return errors[0].strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else "no reason given"
 
 
 # What a pending job waits for, in words (SLURM's reason codes; others are shown as SLURM says them).
@@ -54,6 +45,7 @@ class SlurmLauncher(Generic[JobT]):
     array: Callable[[Sequence[LaunchPlan[JobT]], str, int], ArrayJob]
     submit_array: Callable[[ArraySweep[JobT, ArrayJob], tuple[int, ...]], dict[int, str]]  # each point's element id
     render_array: Callable[[ArraySweep[JobT, ArrayJob]], list[str]]
+    where: Callable[[LaunchPlan[JobT]], Cluster] = lambda plan: clusters.HERE  # behind a login host, or here
 
 
 class SlurmBackend(Generic[JobT]):
@@ -93,29 +85,46 @@ class SlurmBackend(Generic[JobT]):
         return self.launcher.render(plan)
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
+        login = profile.slurm.login if profile.slurm is not None else None
+        if login is not None:
+            from launch.backends.slurm.login import remote_run_dir
+
+            return remote_run_dir(login, run_dir)  # shipped into the cluster's workdir
         return run_dir  # the nodes share the submitting folder
 
     def preflight(self, plan: LaunchPlan[JobT]) -> None:
         """sbatch itself refuses what SLURM cannot run, before anything is queued; a pyxis container needs an
-        srun that has pyxis's options, which sbatch does not check."""
+        srun that has pyxis's options, which sbatch does not check. Through a login host: sbatch is there, and
+        the cluster's Python has this machine's launch."""
+        cluster = self.launcher.where(plan)
+        if cluster.remote is not None:
+            from launch.backends.slurm import shipping
+
+            shipping.check_cluster(cluster.remote, plan.profile)
         container = plan.profile.container
         if container is not None and container.runtime == "pyxis":
-            _require_pyxis(plan.profile.source)
+            _require_pyxis(plan.profile.source, cluster)
 
     def execute(self, plan: LaunchPlan[JobT], *, detach: bool) -> int:
         """Submit (an sbatch refusal is one line naming its reason; the run folder made for it is removed by
         the caller); then follow the job to its end, unless ``detach``."""
         run_dir = Path(plan.run_dir)
+        cluster = self.launcher.where(plan)
         job_id = self.launcher.submit(plan)
+        remote = {REMOTE_KEY: clusters.record(cluster.remote)} if cluster.remote is not None else {}
         layout.write_json_atomic(run_dir / layout.STATE, {"backend": self.name, "job_id": job_id,
                                                       "world_size": plan.world_size, "status": "submitted",
-                                                      "updated": time.time()})
-        print(f"job {job_id} submitted; run dir: {run_dir}", flush=True)
+                                                      "updated": time.time(), **remote})
+        there = f" (on the cluster: {cluster.remote.login.host}:{cluster.remote.run_dir})" if cluster.remote else ""
+        print(f"job {job_id} submitted; run dir: {run_dir}{there}", flush=True)
         if detach:
             print(f"follow it with: python -m launch logs {run_dir} --follow")
             return 0
         try:
-            final = follow(run_dir, job_id, self.name)
+            final = follow(run_dir, job_id, self.name, cluster)
+        except SubmitError as lost:  # the login host stopped answering: the job is not this command's to end
+            raise LaunchError(f"{lost.message}; job {job_id} goes on",
+                              f"follow it again with: python -m launch logs {run_dir} --follow") from None
         except KeyboardInterrupt:
             print(f"\nstopped following; job {job_id} goes on. Cancel it with: python -m launch cancel {run_dir}")
             return 130
@@ -127,40 +136,51 @@ class SlurmBackend(Generic[JobT]):
         return 0
 
     def status(self, run_dir: Path, state: State) -> State:
-        return current_status(run_dir, state)
+        return current_status(run_dir, state, clusters.of(state))
 
     def cancel(self, run_dir: Path, state: State) -> bool:
         from launch.backends import is_active
 
         if not is_active(state):
             return False
-        cancel(str(state["job_id"]))
+        cancel(str(state["job_id"]), clusters.of(state))
         return True
 
     def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:
         from launch.backends import print_logs_here
 
-        print_logs_here(run_dir, rank=rank, follow=follow)
+        cluster = clusters.of(state)
+        cluster.fetch(run_dir)
+        print_logs_here(run_dir, rank=rank, follow=follow, refresh=lambda: cluster.fetch(run_dir))
 
     def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
-        nodes = job_state(str(state.get("job_id", ""))).nodes if state.get("job_id") else ""
+        cluster = clusters.of(state)
+        nodes = job_state(str(state.get("job_id", "")), run=cluster.run).nodes if state.get("job_id") else ""
         if not nodes or nodes == "(null)":
             return ()
-        done = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, timeout=60)
+        done = cluster.run(["scontrol", "show", "hostnames", nodes], 60)
         return tuple(done.stdout.split()) if done.returncode == 0 else ()
 
     def ask_stacks(self, run_dir: Path, state: State, name: str) -> None:
-        run_folder.ask_stacks(run_dir, name)  # the nodes share the run folder
+        remote = clusters.of(state).remote
+        if remote is None:
+            run_folder.ask_stacks(run_dir, name)  # the nodes share the run folder
+            return
+        from launch.backends import remote_shell
+        from launch.backends.slurm import login as login_host
+
+        login_host.run(remote.login, remote_shell.stacks_request_command(remote.run_dir, name),
+                       doing="asking for the stacks")
 
     def fetch(self, run_dir: Path, state: State) -> None:
-        return None  # the ranks write into the shared run folder
+        clusters.of(state).fetch(run_dir)  # here, the ranks write into the shared run folder: nothing to do
 
 
-def _require_pyxis(source: str) -> None:
+def _require_pyxis(source: str, cluster: Cluster) -> None:
     from launch.core.containers import PYXIS_OPTION
 
     try:
-        done = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=60)
+        done = cluster.run(["srun", "--help"], 60)
     except FileNotFoundError:
         raise SubmitError("srun: not found on this machine", "run submit where SLURM's commands are") from None
     if PYXIS_OPTION not in done.stdout + done.stderr:

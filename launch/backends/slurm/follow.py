@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from launch.backends import State
+from launch.backends.slurm.cluster import HERE, REMOTE_KEY, Cluster
 from launch.backends.slurm.state import JobState, job_state
 from launch.core import layout
 from launch.core.layout import REQUEUED, REQUEUES
@@ -34,7 +35,7 @@ UNKNOWN_CAUSE = "requeued by hand (scontrol requeue) or by SLURM"
 CAUSE_WAIT_S = 15.0  # how long `submit` looks for a requeue's cause before it says it does not know one
 
 
-def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str | None:
+def requeue_cause(state: JobState, nodes: str, run_dir: Path, cluster: Cluster = HERE) -> str | None:
     """Why SLURM requeued the job: a preemption, what the job said when it requeued itself, or a node that
     failed (of ``nodes``, where it ran; of its partition when that is not known any more). A cause found is
     kept in the run folder (a failed node may be back by the next look). None while nothing says why, or
@@ -50,7 +51,7 @@ def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str | None:
         cause = str(said["cause"])
     else:
         known = nodes and nodes != "(null)"
-        down = _failed_nodes(["-n", nodes] if known else ["-p", state.partition] if state.partition else [])
+        down = _failed_nodes(["-n", nodes] if known else ["-p", state.partition] if state.partition else [], cluster)
         if down:
             cause = "; ".join(f"node {name} failed ({why})" for name, why in down)
     if cause is not None and state.restarts:
@@ -58,15 +59,14 @@ def requeue_cause(state: JobState, nodes: str, run_dir: Path) -> str | None:
     return cause
 
 
-def _failed_nodes(which: list[str]) -> list[tuple[str, str]] | None:
+def _failed_nodes(which: list[str], cluster: Cluster) -> list[tuple[str, str]] | None:
     """Nodes (sinfo's ``which``: -n NODES or -p PARTITION) that are down, failing or not responding; None when
     sinfo did not answer (a controller busy with a failing node can time out)."""
     if not which:
         return []
     try:
-        done = subprocess.run(["sinfo", "-h", "-N", *which, "-o", "%N|%T|%E"], capture_output=True, text=True,
-                              timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        done = cluster.run(["sinfo", "-h", "-N", *which, "-o", "%N|%T|%E"], 60)
+    except (OSError, subprocess.TimeoutExpired, SubmitError):
         return None
     if done.returncode != 0:
         return None
@@ -80,23 +80,25 @@ def _failed_nodes(which: list[str]) -> list[tuple[str, str]] | None:
     return found
 
 
-def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
-    """Report the job's state changes and stream rank 0's log until the job ends; record how it ended."""
+def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) -> JobState:
+    """Report the job's state changes and stream rank 0's log until the job ends; record how it ended (the run
+    folder brought here first at each look, where the job runs behind a login host)."""
     log = layout.rank_log_path(run_dir, 0)
     position, waiting = 0, WaitingLine(live=sys.stdout.isatty())
     last: tuple[str, str] = ("", "")
     restarts, ran_on = 0, ""
     requeue_seen: float | None = None  # when this restart was first seen, its cause not yet found
     while True:
-        current = job_state(job_id)
+        current = job_state(job_id, run=cluster.run)
         if current.state != "PENDING":
             waiting.clear()
+        cluster.fetch(run_dir)
         position = merged_logs.copy_new_output(log, position)  # after the state: a job seen finished has written its log
         if current.restarts > restarts:
             requeue_seen = requeue_seen or time.monotonic()
-            cause = requeue_cause(current, ran_on, run_dir)
+            cause = requeue_cause(current, ran_on, run_dir, cluster)
             if cause is None and time.monotonic() - requeue_seen < CAUSE_WAIT_S and not current.finished:
-                time.sleep(POLL_S)  # SLURM did not say why yet (or did not answer): the requeue's line comes first
+                time.sleep(cluster.poll_s)  # SLURM did not say why yet (or did not answer): the requeue's line first
                 continue
             waiting.clear()
             print(f"job {job_id}: requeued ({cause or UNKNOWN_CAUSE}; restart {current.restarts})", flush=True)
@@ -114,10 +116,10 @@ def follow(run_dir: Path, job_id: str, backend: str) -> JobState:
         if current.finished:
             _record(run_dir, job_id, current, backend)
             return current
-        stuck = _end_if_every_rank_ended(run_dir, job_id, current, backend)
+        stuck = _end_if_every_rank_ended(run_dir, job_id, current, backend, cluster)
         if stuck is not None:
             return stuck
-        time.sleep(POLL_S)
+        time.sleep(cluster.poll_s)
 
 
 class WaitingLine:
@@ -145,7 +147,8 @@ def waiting_text(waited_s: float, reason: str) -> str:
     return f"  waiting in the queue for {minutes}:{seconds:02d}" + (f" ({reason})" if reason else "")
 
 
-def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, backend: str) -> JobState | None:
+def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, backend: str,
+                             cluster: Cluster = HERE) -> JobState | None:
     """A job SLURM lists as running after every rank of this allocation has ended (a task's exit never reached
     srun: a node cut off from the others) is ended here, ENDED_GRACE_S after the last rank, and recorded as
     what its ranks say it was; the state recorded, or None while the job is not stuck."""
@@ -162,7 +165,7 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     finished = all(note.get("status") == "finished" for note in notes)
     print(f"job {job_id}: every rank ended over {ENDED_GRACE_S:.0f} s ago, but SLURM still lists the job as "
           "running (a task's end never reached srun: is a node cut off?); ending it", flush=True)
-    subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
+    cluster.run(["scancel", job_id], 60)
     failure = outcome.first_failure(run_dir)
     ended = JobState(state="COMPLETED" if finished else "FAILED", nodes=current.nodes,
                      exit_code=0 if finished else int((failure or {}).get("exit_code") or 1))
@@ -175,34 +178,38 @@ def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     run_folder.close_rank_records(run_dir, cancelled=status == "cancelled")
     status, exit_code = outcome.ended(run_dir, status, state.exit_code)
     world = (layout.read_json(run_dir / layout.STATE) or {}).get("world_size")
+    remote = (layout.read_json(run_dir / layout.STATE) or {}).get(REMOTE_KEY)
     layout.write_json_atomic(run_dir / layout.STATE, {"backend": backend, "job_id": job_id, "status": status,
                                                   "slurm_state": state.state, "exit_code": exit_code,
-                                                  "world_size": world, "updated": time.time()})
+                                                  "world_size": world, "updated": time.time(),
+                                                  **({REMOTE_KEY: remote} if remote else {})})
 
 
-def current_status(run_dir: Path, state: State) -> State:
-    """The recorded state of a SLURM run, refreshed from SLURM while the job is not known to be over."""
+def current_status(run_dir: Path, state: State, cluster: Cluster = HERE) -> State:
+    """The recorded state of a SLURM run, refreshed from SLURM while the job is not known to be over (its run
+    folder brought here first, where it runs behind a login host)."""
     job_id = str(state.get("job_id", ""))
     if state.get("status") not in ("submitted", "running") or not job_id:
         return state
-    current = job_state(job_id)
+    current = job_state(job_id, run=cluster.run)
+    cluster.fetch(run_dir)
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current, str(state.get("backend")))
         return layout.read_json(run_dir / layout.STATE) or state
-    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend"))) is not None:
+    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend")), cluster) is not None:
         return layout.read_json(run_dir / layout.STATE) or state
     shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
         else current.state.lower()
     detail = []
     if current.restarts:
-        cause = requeue_cause(current, current.nodes, run_dir) or UNKNOWN_CAUSE
+        cause = requeue_cause(current, current.nodes, run_dir, cluster) or UNKNOWN_CAUSE
         detail.append(f"requeued {current.restarts} time(s), last: {cause}")
     if current.state == "PENDING" and current.reason not in ("", "None"):
         detail.append(f"waiting: {waiting_for(current.reason)}")
     return {**state, "status": shown, "nodes": current.nodes, "detail": "; ".join(detail)}
 
 
-def cancel(job_id: str) -> None:
-    done = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
+def cancel(job_id: str, cluster: Cluster = HERE) -> None:
+    done = cluster.run(["scancel", job_id], 60)
     if done.returncode != 0:
         raise SubmitError(f"scancel {job_id}: {done.stderr.strip() or 'failed'}")

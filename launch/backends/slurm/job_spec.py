@@ -3,14 +3,17 @@ per process)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import PurePath
+from dataclasses import dataclass, replace
+from pathlib import PurePath, PurePosixPath
 from typing import ClassVar
 
 from launch.backends.slurm import sbatch_script
+from launch.backends.slurm.login import Login, remote_run_dir
+from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submitit_job
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.plan import (
+    REMOTE_PYTHON,
     LaunchPlan,
     PlanInputs,
     contained,
@@ -48,8 +51,9 @@ class SbatchJob:
 
     backend: ClassVar[str] = "sbatch"
     node: NodeCommand  # the same on every node: the node rank and head come from the task
-    files: tuple[PlanFile, ...]
+    files: tuple[PlanFile, ...]  # in the run folder here (through a login host: copies of those shipped there)
     submit_argv: tuple[str, ...]
+    remote: Remote | None = None  # submitted through the cluster's login host (slurm.login); None: sbatch is here
 
 
 def requeue_signals(profile: Profile) -> str:
@@ -67,7 +71,29 @@ def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
 
 
 def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
-    """A batch script whose task per node starts the node's launcher (torchrun, accelerate launch)."""
+    """A batch script whose task per node starts the node's launcher (torchrun, accelerate launch); through the
+    profile's login host (``slurm.login``), planned for the cluster's folders and Python."""
+    section = inputs.profile.slurm.login if inputs.profile.slurm is not None else None
+    if section is None:
+        return _build_sbatch(inputs)
+    profile = inputs.profile
+    python = profile.node_python(REMOTE_PYTHON)  # the cluster's, not this machine's
+    there = remote_run_dir(section, inputs.run_dir)
+    named = job_name(profile, "") if profile.slurm and profile.slurm.job_name else \
+        f"{_job_name(inputs)}-{PurePosixPath(there).name.rsplit('-', 1)[-1]}"  # unique: found again by its name
+    assert profile.slurm is not None  # noqa: S101 - it has a login
+    planned = _build_sbatch(replace(
+        inputs, profile=replace(profile, slurm=replace(profile.slurm, job_name=named)), run_dir=there,
+        workdir=section.workdir, python=python, setup_python=python if profile.container is None else REMOTE_PYTHON))
+    files = tuple(replace(file, path=str(PurePath(inputs.run_dir, PurePosixPath(file.path).relative_to(there))))
+                  for file in planned.job.files)
+    remote = Remote(login=Login(section=section), run_dir=there, workdir=section.workdir, python=python,
+                    job_name=named)
+    return replace(planned, run_dir=inputs.run_dir, profile=inputs.profile,
+                   job=replace(planned.job, files=files, remote=remote))
+
+
+def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     env = plan_env(inputs, inputs.run_dir)
     node = _node(inputs, env)
     script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
@@ -79,6 +105,9 @@ def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
 
 def build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
     """A submitit job: one task per process, each running the code in a child process."""
+    if inputs.profile.slurm is not None and inputs.profile.slurm.login is not None:
+        raise LaunchError(f"{inputs.profile.source}: slurm.login: a job through the login host is submitted with "
+                          "--launcher sbatch (the default there); submitit runs where SLURM's commands are")
     if inputs.accelerate_config is not None:  # its tasks run the code itself, without `accelerate launch`
         raise LaunchError(f"--accelerate-config {inputs.accelerate_config.path}: `accelerate launch` reads it, which "
                           "the submitit launcher does not run (one task per process)",

@@ -13,7 +13,8 @@ from launch.backends.slurm.options import (
     SRUN_OPTIONS,
     managed_option,
 )
-from launch.core.profile import Profile, SlurmSection
+from launch.backends.ssh import commands as ssh
+from launch.core.profile import LoginSection, Profile, SlurmSection
 from launch.errors import CONTROL_CHARACTERS, did_you_mean
 
 # Measured on Slurm 22.05, which checks limits every 30 s and signals up to that much early: with the signal
@@ -59,6 +60,38 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
     if gpus and profile.device == "cpu":
         problems.append(f"slurm.gpus_per_node: {gpus} GPUs asked for a device cpu profile; "
                         "remove it or set device: cuda")
+    if slurm.login is not None:
+        problems += _check_login(profile, slurm.login)
+    return problems
+
+
+def _check_login(profile: Profile, login: LoginSection) -> list[str]:
+    """slurm.login: a host ssh can be given, options that stay single words and lines, a workdir rsync and the
+    shell carry unchanged; no secrets (they are not sent through a login host yet)."""
+    problems = []
+    try:
+        ssh.parse_host(login.host)
+    except ValueError as error:
+        problems.append(f"slurm.login.host: {error}")
+    for key, value in login.options.items():
+        problem = ssh.check_option(key, value)
+        if problem:
+            problems.append(f"slurm.login.options.{key}: {problem}")
+    for key in ("workdir", "runs_dir", "identity_file", "jump_host"):
+        value = getattr(login, key)
+        if value is not None and (not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-")):
+            problems.append(f"slurm.login.{key}: must be a non-empty single line, not starting with '-'")
+        elif key == "workdir" and not value.startswith("/"):
+            problems.append(f"slurm.login.workdir: {value!r}: must be an absolute path on the cluster's shared file "
+                            "system (like /home/you/project or /scratch/you/project); the job starts in it")
+        elif key == "runs_dir" and value.startswith("~"):
+            problems.append(f"slurm.login.runs_dir: {value!r}: write it without '~' (a relative path is from workdir)")
+        elif key in ("workdir", "runs_dir") and not ssh.SAFE_PATH.match(value):
+            problems.append(f"slurm.login.{key}: {value!r} has characters rsync and the shell cannot carry unchanged "
+                            "(spaces, quotes, shell or glob characters)")
+    if profile.secrets:
+        problems.append(f"secrets: {', '.join(profile.secrets)}: not sent through slurm.login yet; set them in the "
+                        "cluster's own environment (its ~/.bashrc or a module) and leave secrets out")
     return problems
 
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+Runner = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]  # argv, timeout: where SLURM is
+
+
+def run_here(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """A SLURM command run on this machine."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
 
 _FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                  "BOOT_FAIL", "DEADLINE"}
@@ -36,11 +44,11 @@ class JobState:
         return not self.requeueing and (self.state in _FINAL_STATES or self.state == "UNKNOWN")
 
 
-def job_state(job_id: str, *, timeout_s: float = 60) -> JobState:
+def job_state(job_id: str, *, timeout_s: float = 60, run: Runner = run_here) -> JobState:
     """The job as scontrol sees it (SLURM keeps finished jobs for MinJobAge seconds); UNKNOWN once it forgot
-    the job. OSError or TimeoutExpired when scontrol cannot be run or does not answer."""
-    done = subprocess.run(["scontrol", "show", "job", job_id, "--oneliner"], capture_output=True, text=True,
-                          timeout=timeout_s)
+    the job. OSError or TimeoutExpired when scontrol cannot be run or does not answer; ``run`` runs it (here,
+    or on the login host)."""
+    done = run(["scontrol", "show", "job", job_id, "--oneliner"], timeout_s)
     if done.returncode != 0:
         return JobState(state="UNKNOWN")
     fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))

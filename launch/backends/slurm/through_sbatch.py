@@ -7,16 +7,16 @@ import os
 import shlex
 import subprocess
 from collections.abc import Sequence
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
-from launch.backends.slurm import sbatch_script
+from launch.backends.slurm import sbatch_script, shipping
 from launch.backends.slurm.backend import (
     SlurmBackend,
     SlurmLauncher,
-    sbatch_reason,
     secrets,
 )
+from launch.backends.slurm.cluster import Cluster
 from launch.backends.slurm.job_spec import (
     ARRAY_SCRIPT,
     ArrayJob,
@@ -25,10 +25,13 @@ from launch.backends.slurm.job_spec import (
     build_sbatch,
     job_name,
 )
+from launch.backends.slurm.sbatch_answer import sbatch_job_id
+from launch.backends.slurm.shipping import Remote
 from launch.core.commands import PlanFile
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import file_lines, node_lines
-from launch.errors import SubmitError
+from launch.core.snapshot import FOLDER as CODE
+from launch.errors import LaunchError, SubmitError
 
 if TYPE_CHECKING:
     from launch.backends import ArraySweep, Backend
@@ -36,7 +39,25 @@ if TYPE_CHECKING:
 
 def _submit(plan: LaunchPlan[SbatchJob]) -> str:
     job = plan.job
+    if job.remote is not None:
+        return _submit_through_login(plan, job.remote)
     return _sbatch(job.submit_argv, cwd=job.node.cwd, secrets=secrets(job.node.env, plan.profile.secrets))
+
+
+def _submit_through_login(plan: LaunchPlan[SbatchJob], remote: Remote) -> str:
+    """The run folder here (its plan files and code) shipped to the cluster, checked there, and submitted
+    there; a submit that fails before SLURM has the job leaves no run folder there."""
+    seen = shipping.look(remote, check_python=False)  # checked in preflight; now: rsync, and the last run
+    code = Path(plan.run_dir, CODE)
+    digest = shipping.listing_digest(shipping.listing(code)) if plan.snapshot is not None else None
+    try:
+        sent = shipping.ship(remote, Path(plan.run_dir), seen)
+        job_id = shipping.submit(remote, plan.job.submit_argv, digest)
+    except SubmitError:
+        shipping.remove(remote)
+        raise
+    print(f"shipped {sent} bytes to {remote.login.host}:{remote.run_dir}", flush=True)
+    return job_id
 
 
 def _sbatch(argv: tuple[str, ...], *, cwd: str, secrets: dict[str, str]) -> str:
@@ -46,12 +67,7 @@ def _sbatch(argv: tuple[str, ...], *, cwd: str, secrets: dict[str, str]) -> str:
                               timeout=120)
     except FileNotFoundError:
         raise SubmitError("sbatch: not found on this machine", "run submit where SLURM's commands are") from None
-    if done.returncode != 0:
-        raise SubmitError(f"sbatch refused the job: {sbatch_reason(done.stderr)}")
-    job_id = done.stdout.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise SubmitError(f"sbatch printed no job id: {done.stdout.strip()!r}")
-    return job_id
+    return sbatch_job_id(done)
 
 
 def _submit_array(sweep: ArraySweep[SbatchJob, ArrayJob], indices: tuple[int, ...]) -> dict[int, str]:
@@ -65,8 +81,21 @@ def _submit_array(sweep: ArraySweep[SbatchJob, ArrayJob], indices: tuple[int, ..
 
 def _render(plan: LaunchPlan[SbatchJob]) -> list[str]:
     job = plan.job
-    return [*node_lines(job.node, "every node (one SLURM task per node)", plan.profile.secrets),
-            *file_lines(job.files), "", f"submitted with: {shlex.join(job.submit_argv)}"]
+    lines = [*node_lines(job.node, "every node (one SLURM task per node)", plan.profile.secrets),
+             *file_lines(job.files), ""]
+    if job.remote is None:
+        return [*lines, f"submitted with: {shlex.join(job.submit_argv)}"]
+    remote = job.remote
+    digest = "SHA256" if plan.snapshot is not None else None
+    return [*lines, f"submitted through the login host {remote.login.host} (one ssh connection, reused), into "
+            f"{remote.run_dir} there:",
+            f"  1. {shlex.join(remote.login.ssh(shipping.look_command(remote, check_python=True)))}",
+            f"  2. {shlex.join(shipping.rsync_argv(remote, plan.run_dir, 'LAST'))}",
+            "     (LAST: the run folder shipped last, whose unchanged files are linked, not sent; without rsync on "
+            "both sides, a tar of the files that differ from it)",
+            f"  3. {shlex.join(remote.login.ssh(shipping.submit_command(remote, job.submit_argv, digest)))}",
+            *(["     (SHA256: the digest of the code's file listing, computed here at submit)"] if digest else []),
+            f"  then, while it runs: {shlex.join(shipping.fetch_argv(remote, plan.run_dir))}"]
 
 
 def _render_array(sweep: ArraySweep[SbatchJob, ArrayJob]) -> list[str]:
@@ -79,6 +108,9 @@ def _render_array(sweep: ArraySweep[SbatchJob, ArrayJob]) -> list[str]:
 def _array(plans: Sequence[LaunchPlan[SbatchJob]], folder: str, parallel: int) -> ArrayJob:
     script = str(PurePath(folder, ARRAY_SCRIPT))
     first = plans[0]
+    if first.job.remote is not None:
+        raise LaunchError(f"{first.profile.source}: slurm.login: a sweep through the login host is not supported yet",
+                          "run the sweep on the login node itself, or submit its points one by one from here")
     text = sbatch_script.render_array_script(first.profile, job_name=job_name(first.profile, "sweep"), sweep_dir=folder,
                                              scripts=[_point_script(plan) for plan in plans],
                                              spec=array_spec(tuple(range(len(plans))), parallel))
@@ -91,4 +123,4 @@ def _point_script(plan: LaunchPlan[SbatchJob]) -> str:
 
 BACKEND: Backend[SbatchJob] = SlurmBackend("sbatch", SlurmLauncher(
     build=build_sbatch, submit=_submit, render=_render, array=_array, submit_array=_submit_array,
-    render_array=_render_array))
+    render_array=_render_array, where=lambda plan: Cluster(plan.job.remote)))

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from launch.backends.slurm.backend import (
     SlurmBackend,
     SlurmLauncher,
-    sbatch_reason,
     secrets,
 )
 from launch.backends.slurm.job_spec import ArrayJob, build_submitit, job_name
+from launch.backends.slurm.sbatch_answer import sbatch_reason
 from launch.backends.slurm.submitit_job import SubmititJob
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import env_lines

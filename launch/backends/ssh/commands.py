@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-from launch.core.profile import SshSection
+from typing import Protocol
 
 CONNECT_TIMEOUT_S = 10
 DEFAULTS = (("BatchMode", "yes"), ("ConnectTimeout", str(CONNECT_TIMEOUT_S)), ("ServerAliveInterval", "15"),
@@ -108,28 +107,41 @@ def check_option(key: str, value: str) -> str | None:
     return None
 
 
-def _options(section: SshSection) -> list[str]:
+class SshOptions(Protocol):
+    """What a profile section says about the connection (``ssh:``, ``slurm.login:``)."""
+
+    @property
+    def identity_file(self) -> str | None: ...
+
+    @property
+    def jump_host(self) -> str | None: ...
+
+    @property
+    def options(self) -> dict[str, str]: ...
+
+
+def _options(section: SshOptions) -> list[str]:
     given = {key.lower() for key in section.options}
     pairs = [*section.options.items(), *((key, value) for key, value in DEFAULTS if key.lower() not in given)]
     return [item for key, value in pairs for item in ("-o", f"{key}={value}")]
 
 
-def _common(section: SshSection) -> list[str]:
+def common_options(section: SshOptions) -> list[str]:
     identity = ["-i", section.identity_file] if section.identity_file else []
     jump = ["-J", section.jump_host] if section.jump_host else []
     return [*identity, *jump, *_options(section)]
 
 
-def ssh_argv(section: SshSection, host: Host, command: str) -> tuple[str, ...]:
+def ssh_argv(section: SshOptions, host: Host, command: str) -> tuple[str, ...]:
     """``command`` (one shell command line) run on ``host`` by the login shell of its user."""
     port = ["-p", str(host.port)] if host.port is not None else []
-    return ("ssh", "-T", *_common(section), *port, host.destination, command)
+    return ("ssh", "-T", *common_options(section), *port, host.destination, command)
 
 
-def scp_argv(section: SshSection, host: Host, sources: list[str], target: str, *, upload: bool = False,
+def scp_argv(section: SshOptions, host: Host, sources: list[str], target: str, *, upload: bool = False,
              recurse: bool = False) -> tuple[str, ...]:
     """Files copied from ``host`` into ``target`` here (``upload``: from here into ``target`` on the host)."""
     port = ["-P", str(host.port)] if host.port is not None else []
     paths = [*sources, f"{host.remote}:{target}"] if upload else [*(f"{host.remote}:{source}" for source in sources),
                                                                    target]
-    return ("scp", *_common(section), *port, *(["-r"] if recurse else []), "-q", *paths)
+    return ("scp", *common_options(section), *port, *(["-r"] if recurse else []), "-q", *paths)

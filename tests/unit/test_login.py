@@ -1,0 +1,129 @@
+"""A SLURM profile with a login host (slurm.login): what render shows, what is refused, and the shell pieces
+that run on the login host, run here by the real bash and coreutils."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.backends.slurm import shipping
+from launch.backends.slurm.login import Login, failure
+from launch.backends.slurm.shipping import Remote
+from launch.core.profile import LoginSection
+from tests.helpers import run_cli
+
+LOGIN = """\
+extends: slurm-local-2x2
+slurm:
+  login:
+    host: alice@login.example.org:2222
+    workdir: /scratch/alice/mnist
+    identity_file: /home/alice/.ssh/id_cluster
+    jump_host: bastion.example.org
+"""
+
+
+def _write(folder: Path, text: str, name: str = "login.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    (folder / "train.py").write_text("print('hello')\n")
+    return path
+
+
+def test_render_shows_every_command_on_the_login_host_and_a_job_planned_for_the_clusters_folders(
+        tmp_path: Path) -> None:
+    profile = _write(tmp_path, LOGIN)
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/one", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "backend:   sbatch" in text, "through a login host, the sbatch launcher is the default"
+    there = "/scratch/alice/mnist/runs/one-"
+    assert f"LAUNCH_RUN_DIR={there}" in text and f"{there}" in text.split("srun", 1)[1]
+    assert sys.executable not in text, "the job runs the cluster's python3, not this machine's interpreter"
+    commands = [line for line in text.splitlines() if line.startswith(("  1. ", "  2. ", "  3. "))]
+    assert len(commands) == 3
+    for line in commands:
+        assert "-o BatchMode=yes" in line and "-o ControlMaster=auto" in line and "ControlPersist=60" in line
+        assert "-J bastion.example.org" in line and "/home/alice/.ssh/id_cluster" in line and "-p 2222" in line
+    assert commands[1].split()[1] == "rsync" and "--link-dest=LAST" in commands[1]
+    assert f"{tmp_path}/runs/one/ alice@login.example.org:{there}" in commands[1]
+    assert "sbatch --parsable" in commands[2] and "job.sbatch" in commands[2]
+    assert not (tmp_path / "runs").exists(), "render makes nothing"
+
+
+def test_the_profiles_own_ssh_options_win_over_launchs(tmp_path: Path) -> None:
+    section = LoginSection(host="login", workdir="/w", options={"ControlPersist": "600", "BatchMode": "yes"})
+    argv = Login(section=section).ssh("true")
+    options = [argv[index + 1] for index, word in enumerate(argv) if word == "-o"]
+    assert options[:2] == ["ControlPersist=600", "BatchMode=yes"]
+    assert "ControlPersist=60" not in options and options.count("BatchMode=yes") == 1
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    (LOGIN.replace("/scratch/alice/mnist", "mnist"), "slurm.login.workdir: 'mnist': must be an absolute path"),
+    (LOGIN.replace("alice@login.example.org:2222", "alice@login example"), "slurm.login.host: 'alice@login example'"),
+    (LOGIN + "    options: {RemoteCommand: bash}\n", "slurm.login.options.RemoteCommand: not allowed"),
+    (LOGIN.replace("    jump_host", "    jumphost"), "slurm.login.jumphost: unknown key; did you mean 'jump_host'?"),
+    (LOGIN + "secrets: [HF_TOKEN]\n", "secrets: HF_TOKEN: not sent through slurm.login yet"),
+])
+def test_a_wrong_login_section_is_one_line_naming_the_file_and_key(tmp_path: Path, body: str,
+                                                                   expected: str) -> None:
+    profile = _write(tmp_path, body)
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", cwd=tmp_path)
+    assert done.returncode == 2 and expected in done.stderr, done.stderr
+    assert str(profile) in done.stderr and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_the_submitit_launcher_through_a_login_host_is_refused_in_one_line(tmp_path: Path) -> None:
+    profile = _write(tmp_path, LOGIN)
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--launcher", "submitit",
+                   cwd=tmp_path)
+    assert done.returncode == 2 and "slurm.login" in done.stderr and "--launcher sbatch" in done.stderr
+
+
+def test_the_code_digest_here_is_the_one_the_login_hosts_shell_computes(tmp_path: Path) -> None:
+    """The check on arrival compares ``find | sort | sha256sum`` there with the listing digest computed here."""
+    code = tmp_path / "code"
+    for name in ("train.py", "a b/c d.py", "ünï/çødé.txt", "Z.py", "a/B.py", ".hidden"):
+        (code / name).parent.mkdir(parents=True, exist_ok=True)
+        (code / name).write_text(f"content of {name}\n")
+    (code / "link.py").symlink_to(code / "train.py")  # not a regular file: neither side lists it
+    shell = subprocess.run(["bash", "-c", "find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | "
+                            "sha256sum"], cwd=code, capture_output=True, text=True, check=True, timeout=60)
+    assert shell.stdout.split()[0] == shipping.listing_digest(shipping.listing(code))
+
+
+def test_the_first_look_says_so_when_the_login_host_has_no_sbatch(tmp_path: Path) -> None:
+    """The first command, run by bash with a PATH that has the shell's tools and no sbatch."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in ("mkdir", "readlink", "sed"):
+        found = shutil.which(name)
+        assert found is not None
+        (tools / name).symlink_to(found)
+    remote = Remote(login=Login(section=LoginSection(host="login", workdir=str(tmp_path / "w"))),
+                    run_dir=str(tmp_path / "w" / "runs" / "one"), workdir=str(tmp_path / "w"), python="python3",
+                    job_name="one")
+    done = subprocess.run(["/bin/bash", "-c", shipping.look_command(remote, check_python=False)], capture_output=True,
+                          text=True, env={**os.environ, "PATH": str(tools)}, timeout=60)
+    assert "launch-look:no-sbatch" in done.stdout and done.returncode != 0
+    assert (tmp_path / "w" / ".launch").is_dir() and not (tmp_path / "w" / "runs" / "one").exists()
+
+
+@pytest.mark.parametrize(("said", "cause"), [
+    ("root@10.0.0.5: Permission denied (publickey).", "authentication refused"),
+    ("Host key verification failed.", "its host key is not in your known_hosts"),
+    ("@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\nHost key verification failed.",
+     "its host key changed since you last connected"),
+    ("ssh: connect to host login port 22: Connection refused", "unreachable (connection refused)"),
+    ("ssh: Could not resolve hostname nowhere: Name or service not known", "unknown host name"),
+])
+def test_sshs_own_words_become_the_cause_and_the_fix(said: str, cause: str) -> None:
+    login = Login(section=LoginSection(host="alice@login:2222", workdir="/w"))
+    error = failure(login, said, "submitting")
+    assert str(error).startswith(f"login host alice@login:2222: {cause} (while submitting); ")
