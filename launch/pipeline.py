@@ -186,11 +186,13 @@ def submit(request: Request, *, check_first: bool = False) -> int:
     planned, backend = _planned(request, for_submit=True)
     run_dir = Path(planned.run_dir)
     created = request.run_dir is None or not run_dir.exists()  # claimed just now, or to be made now
-    on_hosts = backend.own_hosts  # its checkpoints are on the hosts, not here
+    # its checkpoints are where it runs, not here: on its own hosts, or in its run folder on a cluster
+    on_hosts = backend.own_hosts or backend.job_run_dir(planned.profile, planned.run_dir, str(Path.cwd())) != \
+        planned.run_dir
     with _removed_on_refusal(run_dir, created, LaunchError):
         checkpoint = prepare(planned, backend, resume=request.resume and not on_hosts)
     if on_hosts and (checkpoint is not None or request.resume):
-        print(f"continuing the run in {run_dir}: the TPU hosts continue from its last checkpoint there, if any")
+        print(f"continuing the run in {run_dir}: its job continues from its last checkpoint where it runs, if any")
     elif checkpoint is not None:
         print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
                                                      if checkpoint else "from the start (it has no checkpoint)"))

@@ -8,8 +8,10 @@ cluster but ssh and rsync through the login host.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -43,12 +45,13 @@ for step in range(900):
 """
 
 
-def _laptop(login: LoginHost, *args: str, cwd: Path, timeout: float = 300,
-            rsync: bool = True) -> subprocess.CompletedProcess[str]:
+def _laptop(login: LoginHost, *args: str, cwd: Path, timeout: float = 300, rsync: bool = True,
+            more_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m launch ARGS`` on the laptop: the cluster's folder hidden, no SLURM configuration (and, unless
     ``rsync``, no rsync: the run folder goes with tar both ways)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("SLURM")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env.update(more_env or {})
     return subprocess.run(login.laptop([sys.executable, "-m", "launch", *args], rsync=rsync), cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -222,3 +225,34 @@ def test_check_from_the_laptop_reports_each_nodes_python_launch_and_torch(login_
     assert len(rows) == 2 and "check passed" in done.stdout, done.stdout
     for row in rows:  # the cluster's Python is this one: the same launch and torch
         assert version(DISTRIBUTION) in row and torch.__version__ in row and sys.executable in row, row
+
+
+SECRET_SCRIPT = """\
+import hashlib, os, sys
+import torch.distributed as dist
+dist.init_process_group("gloo")
+arrived = hashlib.sha256(os.environ.get("HF_TOKEN", "").encode()).hexdigest() == sys.argv[1]
+print(f"rank {dist.get_rank()}: the secret arrived: {arrived}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_secret_reaches_the_job_over_the_connection_and_is_written_nowhere(login_host: LoginHost,
+                                                                           tmp_path: Path) -> None:
+    value = f"hf_{secrets.token_hex(12)}"
+    project = _project(tmp_path, SECRET_SCRIPT)
+    profile = login_host.profile(tmp_path, extra="secrets: [HF_TOKEN]\n")
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    done = _laptop(login_host, "submit", "--profile", str(profile), "--run-dir", "runs/secret", "--script",
+                   "train.py", "--", digest, cwd=project, more_env={"HF_TOKEN": value})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert value not in done.stdout + done.stderr
+    run_dir = project / "runs" / "secret"
+    logs = "".join((run_dir / "logs" / f"rank-{rank}.log").read_text() for rank in range(4))
+    assert logs.count("the secret arrived: True") == 4, logs[-2000:]
+    there = Path(_state(run_dir)["remote"]["run_dir"])
+    for folder in (run_dir, there):
+        for path in folder.rglob("*"):
+            assert not path.is_file() or value.encode() not in path.read_bytes(), f"the secret is in {path}"
+    missing = _laptop(login_host, "submit", "--profile", str(profile), "--script", "train.py", cwd=project)
+    assert missing.returncode == 2 and "HF_TOKEN" in missing.stderr, "a secret not set here is refused"

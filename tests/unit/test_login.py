@@ -69,7 +69,6 @@ def test_the_profiles_own_ssh_options_win_over_launchs(tmp_path: Path) -> None:
     (LOGIN.replace("alice@login.example.org:2222", "alice@login example"), "slurm.login.host: 'alice@login example'"),
     (LOGIN + "    options: {RemoteCommand: bash}\n", "slurm.login.options.RemoteCommand: not allowed"),
     (LOGIN.replace("    jump_host", "    jumphost"), "slurm.login.jumphost: unknown key; did you mean 'jump_host'?"),
-    (LOGIN + "secrets: [HF_TOKEN]\n", "secrets: HF_TOKEN: not sent through slurm.login yet"),
 ])
 def test_a_wrong_login_section_is_one_line_naming_the_file_and_key(tmp_path: Path, body: str,
                                                                    expected: str) -> None:
@@ -127,3 +126,15 @@ def test_sshs_own_words_become_the_cause_and_the_fix(said: str, cause: str) -> N
     login = Login(section=LoginSection(host="alice@login:2222", workdir="/w"))
     error = failure(login, said, "submitting")
     assert str(error).startswith(f"login host alice@login:2222: {cause} (while submitting); ")
+
+
+def test_render_names_the_secrets_sent_over_stdin_and_shows_no_value(tmp_path: Path) -> None:
+    value = "hf_" + os.urandom(8).hex()
+    profile = _write(tmp_path, LOGIN + "secrets: [HF_TOKEN]\n")
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", cwd=tmp_path,
+                   env={"HF_TOKEN": value})
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("  3. "))
+    assert "IFS= read -r HF_TOKEN && " in line and line.index("export HF_TOKEN") < line.index("sbatch --parsable")
+    assert "the secrets HF_TOKEN" in done.stdout and "go over the connection's stdin" in done.stdout
+    assert value not in done.stdout

@@ -67,7 +67,7 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
 
 def _check_login(profile: Profile, login: LoginSection) -> list[str]:
     """slurm.login: a host ssh can be given, options that stay single words and lines, a workdir rsync and the
-    shell carry unchanged; no secrets (they are not sent through a login host yet)."""
+    shell carry unchanged."""
     problems = []
     try:
         ssh.parse_host(login.host)
@@ -89,9 +89,6 @@ def _check_login(profile: Profile, login: LoginSection) -> list[str]:
         elif key in ("workdir", "runs_dir") and not ssh.SAFE_PATH.match(value):
             problems.append(f"slurm.login.{key}: {value!r} has characters rsync and the shell cannot carry unchanged "
                             "(spaces, quotes, shell or glob characters)")
-    if profile.secrets:
-        problems.append(f"secrets: {', '.join(profile.secrets)}: not sent through slurm.login yet; set them in the "
-                        "cluster's own environment (its ~/.bashrc or a module) and leave secrets out")
     return problems
 
 

@@ -204,8 +204,10 @@ def _tar_changed(remote: Remote, run_dir: Path, last_run: str | None) -> int:
     return len(packed.getvalue())
 
 
-def submit_command(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None) -> str:
-    """On the login host: the code's digest checked, this run recorded as the last shipped, then sbatch."""
+def submit_command(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None,
+                   secret_names: tuple[str, ...] = ()) -> str:
+    """On the login host: the code's digest checked, this run recorded as the last shipped, then sbatch, with the
+    secrets ``secret_names`` read from stdin, one line each, into its environment (never a command line)."""
     steps = [shlex.join(["cd", remote.run_dir])]
     if code_digest is not None:
         steps.append(f'{{ test "$(cd {CODE} && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum '
@@ -214,16 +216,26 @@ def submit_command(remote: Remote, submit_argv: tuple[str, ...], code_digest: st
     link = str(PurePosixPath(remote.workdir, LAST_RUN))
     steps += [f"ln -sfn {shlex.quote(remote.link_target)} {shlex.quote(link)}.$$ && "
               f"mv -T {shlex.quote(link)}.$$ {shlex.quote(link)}",
-              shlex.join(["cd", remote.workdir]), shlex.join(submit_argv)]
+              shlex.join(["cd", remote.workdir]),
+              *(f"IFS= read -r {name}" for name in secret_names),
+              *([f"export {' '.join(secret_names)}"] if secret_names else []), shlex.join(submit_argv)]
     return " && ".join(steps)
 
 
-def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None) -> str:
-    """sbatch run there; its job id. A connection lost before the id came back: the job is looked up by its
-    name (unique to the run), so that a submit that did reach SLURM is never made twice."""
+def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None,
+           secrets: dict[str, str] | None = None) -> str:
+    """sbatch run there (``secrets`` sent over the connection's stdin); its job id. A connection lost before the
+    id came back: the job is looked up by its name (unique to the run), so that a submit that did reach SLURM is
+    never made twice."""
+    secrets = secrets or {}
+    broken = [name for name, value in secrets.items() if "\n" in value or "\r" in value]
+    if broken:
+        raise SubmitError(f"secret {broken[0]}: its value has a line break; launch sends each secret as one line")
     started = time.time()
+    command = submit_command(remote, submit_argv, code_digest, tuple(secrets))
     try:
-        done = login_host.run(remote.login, submit_command(remote, submit_argv, code_digest), doing="submitting")
+        done = login_host.run(remote.login, command, doing="submitting",
+                              stdin="".join(f"{value}\n" for value in secrets.values()).encode())
     except SubmitError as lost:
         found = _find_job(remote, remote.job_name, started, lost)
         if found is None:

@@ -52,7 +52,7 @@ def _submit_through_login(plan: LaunchPlan[SbatchJob], remote: Remote) -> str:
     digest = shipping.listing_digest(shipping.listing(code)) if plan.snapshot is not None else None
     try:
         sent = shipping.ship(remote, Path(plan.run_dir), seen)
-        job_id = shipping.submit(remote, plan.job.submit_argv, digest)
+        job_id = shipping.submit(remote, plan.job.submit_argv, digest, _secrets_to_send(plan))
     except SubmitError:
         shipping.remove(remote)
         raise
@@ -79,6 +79,13 @@ def _submit_array(sweep: ArraySweep[SbatchJob, ArrayJob], indices: tuple[int, ..
     return {index: f"{array_id}_{index}" for index in indices}
 
 
+def _secrets_to_send(plan: LaunchPlan[SbatchJob]) -> dict[str, str]:
+    """The secrets the job's environment needs, as sbatch here would take them from this environment: the
+    profile's ``secrets`` and the plan's secret-looking variables."""
+    sent = {name: os.environ[name] for name in plan.profile.secrets if name in os.environ}
+    return {**sent, **secrets(plan.job.node.env, plan.profile.secrets)}
+
+
 def _render(plan: LaunchPlan[SbatchJob]) -> list[str]:
     job = plan.job
     lines = [*node_lines(job.node, "every node (one SLURM task per node)", plan.profile.secrets),
@@ -87,13 +94,17 @@ def _render(plan: LaunchPlan[SbatchJob]) -> list[str]:
         return [*lines, f"submitted with: {shlex.join(job.submit_argv)}"]
     remote = job.remote
     digest = "SHA256" if plan.snapshot is not None else None
+    secret_names = tuple(dict.fromkeys([*plan.profile.secrets, *secrets(job.node.env, plan.profile.secrets)]))
+    submitted = shipping.submit_command(remote, job.submit_argv, digest, secret_names)
     return [*lines, f"submitted through the login host {remote.login.host} (one ssh connection, reused), into "
             f"{remote.run_dir} there:",
             f"  1. {shlex.join(remote.login.ssh(shipping.look_command(remote, check_python=True)))}",
             f"  2. {shlex.join(shipping.rsync_argv(remote, plan.run_dir, 'LAST'))}",
             "     (LAST: the run folder shipped last, whose unchanged files are linked, not sent; without rsync on "
             "both sides, a tar of the files that differ from it)",
-            f"  3. {shlex.join(remote.login.ssh(shipping.submit_command(remote, job.submit_argv, digest)))}",
+            f"  3. {shlex.join(remote.login.ssh(submitted))}",
+            *([f"     (the secrets {', '.join(secret_names)} go over the connection's stdin, one line each)"]
+              if secret_names else []),
             *(["     (SHA256: the digest of the code's file listing, computed here at submit)"] if digest else []),
             f"  then, while it runs: {shlex.join(shipping.fetch_argv(remote, plan.run_dir))}"]
 
