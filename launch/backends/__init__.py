@@ -220,13 +220,17 @@ def cancel(run_dir: Path) -> bool:
 
 
 def print_logs_here(run_dir: Path, *, rank: int | None, follow: bool,
-                    refresh: Callable[[], None] = lambda: None) -> None:
+                    refresh: Callable[[], None] = lambda: None, status_every_s: float = 0.0) -> None:
     """The logs in a run's folder on this machine (where local and SLURM runs write them, and where ssh runs'
     are fetched to): one rank's, or every rank's merged (``rank`` None); with ``follow``, until the job ends.
-    ``refresh`` runs before each look at them."""
+    ``refresh`` runs before each look at them; the job's state is asked at most every ``status_every_s``."""
+    asked = [-status_every_s, True]  # when the state was last asked (monotonic), and whether it was running
+
     def still_running() -> bool:
         refresh()
-        return follow and is_active(status(run_dir))
+        if follow and time.monotonic() - float(asked[0]) >= status_every_s:
+            asked[:] = [time.monotonic(), is_active(status(run_dir))]
+        return follow and bool(asked[1])
 
     if rank is None:
         merged_logs.print_all_logs(run_dir, still_running=still_running)

@@ -150,8 +150,8 @@ class SlurmBackend(Generic[JobT]):
         from launch.backends import print_logs_here
 
         cluster = clusters.of(state)
-        cluster.fetch(run_dir)
-        print_logs_here(run_dir, rank=rank, follow=follow, refresh=lambda: cluster.fetch(run_dir))
+        cluster.fetch(run_dir)  # while it runs, each look at its state brings the run folder too (status)
+        print_logs_here(run_dir, rank=rank, follow=follow, status_every_s=cluster.status_every_s)
 
     def hosts(self, run_dir: Path, state: State) -> tuple[str, ...]:
         cluster = clusters.of(state)

@@ -31,6 +31,12 @@ class Cluster:
     def poll_s(self) -> float:
         return POLL_HERE_S if self.remote is None else POLL_REMOTE_S
 
+    @property
+    def status_every_s(self) -> float:
+        """How often ``logs --follow`` asks for the job's state: at each look here (a local scontrol); behind
+        the login host, every ``POLL_REMOTE_S`` (scontrol and the run folder's rsync there)."""
+        return 0.0 if self.remote is None else POLL_REMOTE_S
+
     def run(self, argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
         """A SLURM command (scontrol, sinfo, scancel) where SLURM is."""
         if self.remote is None:
