@@ -77,11 +77,11 @@ def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     if section is None:
         return _build_sbatch(inputs)
     profile = inputs.profile
+    assert profile.slurm is not None  # noqa: S101 - it has a login
     python = profile.node_python(REMOTE_PYTHON)  # the cluster's, not this machine's
     there = remote_run_dir(section, inputs.run_dir)
-    named = job_name(profile, "") if profile.slurm and profile.slurm.job_name else \
-        f"{_job_name(inputs)}-{PurePosixPath(there).name.rsplit('-', 1)[-1]}"  # unique: found again by its name
-    assert profile.slurm is not None  # noqa: S101 - it has a login
+    # unique to the run (its remote folder's digest), so that a submit whose answer was lost finds its job by name
+    named = profile.slurm.job_name or f"{_job_name(inputs)}-{PurePosixPath(there).name.rsplit('-', 1)[-1]}"
     planned = _build_sbatch(replace(
         inputs, profile=replace(profile, slurm=replace(profile.slurm, job_name=named)), run_dir=there,
         workdir=section.workdir, python=python, setup_python=python if profile.container is None else REMOTE_PYTHON))

@@ -66,10 +66,6 @@ class Login:
         """``command`` (one shell command line) run by the login user's shell there."""
         return ssh.ssh_argv(self._connection, self.host, command)
 
-    def run_argv(self, argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-        """``argv`` run there, quoted once."""
-        return self.ssh(shlex.join(argv))
-
     def rsync_shell(self) -> str:
         """rsync's ``-e``: the same ssh, options and connection."""
         port = ["-p", str(self.host.port)] if self.host.port is not None else []
