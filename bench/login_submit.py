@@ -12,7 +12,14 @@ no reuse, as typed). Each job is cancelled once its id is known: the figures are
 Per variant, the medians of: seconds from the command's start to the job id; bytes sent (rsync's --stats; the
 tar fallback's archive); ssh connections opened (the login sshd's "Accepted publickey" lines during the
 command). Also the connections of `status` and `logs` from the laptop, while the connection of the submit is
-still held. Writes bench/login_submit.json.
+still held.
+
+Then the environment (``environment:`` in the profile): a project whose requirements.txt names a few real
+packages, their wheels in a folder beside it (``pip download``, once), built on the cluster offline from the
+shipped wheels, the cluster's torch inherited. launch's first submit (the build) and second (reused), against
+the same by hand: rsync of the project, ``ssh login 'uv venv ... && uv pip install --offline ...'``, then
+``ssh login sbatch`` (and for the second, rsync and sbatch only). uv's cache on the login host is warm after the
+first round, for both. Writes bench/login_submit.json.
 """
 
 from __future__ import annotations
@@ -52,12 +59,19 @@ def cancel_all() -> None:
                    capture_output=True, timeout=60)
 
 
-def profile(folder: Path, workdir: Path) -> Path:
+def profile(folder: Path, workdir: Path, environment: str = "") -> Path:
     path = folder / "login.yaml"
-    path.write_text(f"extends: slurm-local-2x2\npython: {sys.executable}\nslurm:\n  partition: {PARTITION}\n"
+    path.write_text(f"extends: slurm-local-2x2\npython: {sys.executable}\n{environment}"
+                    f"slurm:\n  partition: {PARTITION}\n"
                     f"  login:\n    host: {LOGIN}\n    workdir: {workdir}\n    identity_file: {KEY}\n"
                     f"    options: {{UserKnownHostsFile: {KNOWN}, IdentitiesOnly: 'yes'}}\n")
     return path
+
+
+def drop_held_connection() -> None:
+    """No connection of launch's held from before: its first command opens one."""
+    subprocess.run([*SSH, "-o", "ControlPath=~/.cache/launch/ssh/%C", "-O", "exit", LOGIN], capture_output=True,
+                   timeout=30)
 
 
 def launch_submit(project: Path, profile_path: Path) -> tuple[float, int, int]:
@@ -73,19 +87,74 @@ def launch_submit(project: Path, profile_path: Path) -> tuple[float, int, int]:
     return took, sent, accepted() - before
 
 
-def by_hand(project: Path, target: str) -> tuple[float, int, int]:
-    """rsync of the project (not launch's run folders), then ssh sbatch, as typed: seconds to the job id, bytes
-    sent, connections opened."""
+ENV_REQUIREMENTS = "numpy\npyyaml\npsutil\ntqdm\npackaging\n"
+
+
+def wheels_for(folder: Path) -> Path:
+    """The requirements' wheels in ``folder/wheels`` (pip download, kept between rounds)."""
+    wheels = folder / "wheels"
+    if not any(wheels.glob("*.whl")):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "requirements.txt").write_text(ENV_REQUIREMENTS)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(wheels), "-r",
+                        str(folder / "requirements.txt")], check=True, timeout=600)
+    return wheels
+
+
+def by_hand(project: Path, target: str, *, build_with: str | None = None) -> tuple[float, int, int]:
+    """rsync of the project (not launch's run folders), the venv made there with uv ``build_with`` from the
+    shipped wheels (when given), then ssh sbatch, as typed: seconds to the job id, bytes sent, connections
+    opened."""
     before, started = accepted(), time.monotonic()
     copied = subprocess.run(["rsync", "-a", "--stats", "--exclude=/runs", "-e", shlex.join(SSH), f"{project}/",
-                             f"{LOGIN}:{target}/"],
-                            capture_output=True, text=True, timeout=600, check=True)
+                             f"{LOGIN}:{target}/"], capture_output=True, text=True, timeout=600, check=True)
+    if build_with is not None:
+        venv = f"{target}/.venv"
+        made = " && ".join([shlex.join([build_with, "venv", "-q", "--python", sys.executable, venv]),
+                            shlex.join([build_with, "pip", "install", "-q", "--python", f"{venv}/bin/python",
+                                        "--offline", "--no-index", "--find-links", f"{target}/wheels", "-r",
+                                        f"{target}/requirements.txt"])])
+        subprocess.run([*SSH, LOGIN, made], capture_output=True, text=True, timeout=600, check=True)
     submitted = subprocess.run([*SSH, LOGIN, f"cd {shlex.quote(target)} && sbatch --parsable job.sbatch"],
                                capture_output=True, text=True, timeout=120, check=True)
     took = time.monotonic() - started
     assert submitted.stdout.strip().split(";")[0].isdigit(), submitted.stdout
     sent = int(re.search(r"Total bytes sent: ([\d,]+)", copied.stdout)[1].replace(",", ""))  # type: ignore[index]
     return took, sent, accepted() - before
+
+
+def environment_rounds(rounds: int, scratch_wheels: Path) -> dict[str, list[tuple[float, int, int]]]:
+    """launch's environment built then reused, against the same by hand, ``rounds`` times."""
+    import shutil
+
+    uv = shutil.which("uv")
+    if uv is None:
+        raise SystemExit("no uv here: pip install uv (the login host runs this machine's)")
+    figures: dict[str, list[tuple[float, int, int]]] = {}
+    wheels = wheels_for(scratch_wheels)
+    for round_ in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="login-bench-env-") as scratch:
+            root = Path(scratch)
+            project, cluster = root / "laptop", root / "cluster"
+            project.mkdir()
+            cluster.mkdir()
+            shutil.copytree(wheels, project / "wheels")
+            (project / "requirements.txt").write_text(ENV_REQUIREMENTS)
+            (project / "train.py").write_text(SCRIPT)
+            (project / "job.sbatch").write_text(HAND_SBATCH)
+            path = profile(root, cluster, environment=f"environment:\n  from: requirements.txt\n  wheels: wheels\n"
+                                                      f"  inherit: true\n  uv: {uv}\n")
+            order = ("launch", "by hand") if round_ % 2 == 0 else ("by hand", "launch")
+            drop_held_connection()
+            for second in (False, True):
+                for who in order:
+                    name = f"{who}, environment {'reused' if second else 'built'}"
+                    figures.setdefault(name, []).append(
+                        launch_submit(project, path) if who == "launch" else
+                        by_hand(project, f"{cluster}/hand", build_with=None if second else uv))
+                    cancel_all()
+        print(f"environment round {round_ + 1} of {rounds} done", flush=True)
+    return figures
 
 
 def follow_up_connections(project: Path) -> dict[str, int]:
@@ -119,8 +188,7 @@ def main() -> None:
             (project / "train.py").write_text(SCRIPT)
             (project / "job.sbatch").write_text(HAND_SBATCH)
             path = profile(root, cluster)
-            subprocess.run([*SSH, "-o", "ControlPath=~/.cache/launch/ssh/%C", "-O", "exit", LOGIN],
-                           capture_output=True, timeout=30)  # no connection held from before: the first opens one
+            drop_held_connection()
             order = [("launch", "first"), ("by hand", "first")] if round_ % 2 == 0 else \
                 [("by hand", "first"), ("launch", "first")]
             for who, which in order:
@@ -142,6 +210,12 @@ def main() -> None:
     print(table(["variant", "s to job id", "KiB sent", "ssh connections"], rows))
     opened = {name: median([f[name] for f in follow_ups]) for name in follow_ups[0]}
     print(f"\nssh connections opened by a follow-up command while the submit's is held: {opened}")
+    environment = environment_rounds(options.rounds, Path(tempfile.gettempdir()) / "launch-bench-wheels")
+    print(f"\nThe environment ({ENV_REQUIREMENTS.split()}, offline from shipped wheels; medians of {options.rounds})\n")
+    print(table(["variant", "s to job id", "KiB sent", "ssh connections"],
+                [[name, f"{median([f[0] for f in runs]):.2f}", f"{median([f[1] for f in runs]) / 1024:.0f}",
+                  f"{median([f[2] for f in runs]):.0f}"] for name, runs in environment.items()]))
+    figures.update(environment)
     write_json(__file__, {"megabytes": options.megabytes, "rounds": options.rounds, "medians": {
         name: {"seconds_to_job_id": median([f[0] for f in runs]), "bytes_sent": median([f[1] for f in runs]),
                "connections": median([f[2] for f in runs])} for name, runs in figures.items()},

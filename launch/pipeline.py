@@ -96,7 +96,9 @@ def choose(request: Request, example_args: Sequence[tuple[str, tuple[str, ...]]]
         check_code(code, python=sys.executable, workdir=str(Path.cwd()))
     taken = None
     if code is not None and backend.snapshots and request.snapshot:
-        excluded = (RUNS, *((request.run_dir,) if request.run_dir is not None else ()))  # run folders are not code
+        excluded = (RUNS, *((request.run_dir,) if request.run_dir is not None else ()),  # run folders are not code
+                    *((profile.environment.wheels,) if profile.environment and profile.environment.wheels else ()))
+        # nor the environment's wheels (shipped once into the cluster's .launch/wheels, not with every run)
         taken = snapshot.take(code.script, code.module, str(Path.cwd()), excluded=excluded)
     return Chosen(profile=profile, strategy=strategy, code=code, backend=backend, snapshot=taken)
 

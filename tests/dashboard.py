@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,9 +24,12 @@ START_S = 60.0
 class Dashboard:
     """``python -m launch ui FOLDER...``, started; ``stop`` ends it."""
 
-    def __init__(self, *folders: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *folders: Path, env: dict[str, str] | None = None,
+                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+        """``env`` on top of this environment; ``wrap`` makes the command (the laptop of LoginHost.laptop)."""
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        self.process = subprocess.Popen([sys.executable, "-m", "launch", "ui", *map(str, folders)], cwd=ROOT,
+        argv = [sys.executable, "-m", "launch", "ui", *map(str, folders)]
+        self.process = subprocess.Popen(wrap(argv) if wrap is not None else argv, cwd=ROOT,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         env={**os.environ, "PYTHONPATH": path, **(env or {})})
         assert self.process.stdout is not None

@@ -89,6 +89,9 @@ class JobArrays(Protocol[JobT_contra, ArrayT]):
     def submit_array(self, sweep: ArraySweep[JobT_contra, ArrayT], indices: tuple[int, ...]) -> dict[int, str]:
         """Submit the points ``indices`` as one array: each point's job id."""
 
+    def recorded(self, plan: LaunchPlan[JobT_contra]) -> dict[str, Any]:
+        """What a point's state.json keeps besides its job id (where it runs: a cluster behind a login host)."""
+
 
 class Backend(Protocol[JobT]):
     """Where and how a plan runs, typed by its job (``Backend[SbatchJob]``): each backend module's ``BACKEND`` is
@@ -98,6 +101,7 @@ class Backend(Protocol[JobT]):
     # The job runs on hosts with their own copy of the project, Python, environment and run folder (TPU hosts
     # through gcloud): the code, secrets and checkpoints are checked there, not here.
     own_hosts: bool
+    builds_environments: bool  # it builds the profile's environment: (launch.core.python_env) where the job runs
     # The job may start long after submit (a queue, a requeue): it runs a copy of the user's project taken at
     # submit (launch.core.snapshot), not the live files.
     snapshots: bool

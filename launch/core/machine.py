@@ -9,6 +9,16 @@ SLURM_COMMANDS = ("sbatch", "srun", "scontrol", "squeue", "scancel")  # looked u
 NOT_CONFIGURED = "not configured here"  # how Machine.slurm_version starts where SLURM's commands cannot answer
 
 
+def installed_version(distribution: str) -> str | None:
+    """The version of ``distribution`` installed where this Python looks; None when it is not."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Machine:
     """What doctor found: versions (None: not installed), devices, commands on PATH, interfaces."""

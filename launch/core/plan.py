@@ -99,6 +99,7 @@ class PlanBackend(Protocol):
 
     restarts_workers: bool  # --max-restarts applies
     continue_hint: str  # how to go on instead, where it does not
+    builds_environments: bool  # it builds the profile's environment: section (launch.core.python_env)
     own_hosts: bool  # the job runs on hosts with their own interpreter (ssh, TPU): python3 unless the profile says
     accelerate_wiring: NodeWiring | None
 
@@ -142,6 +143,10 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
     if max_restarts and not backend.restarts_workers:
         raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
                           backend.continue_hint)
+    if profile.environment is not None and not backend.builds_environments:
+        raise LaunchError(f"{profile.source}: environment: is built on a SLURM cluster through its login host "
+                          f"(slurm.login); not yet for {profile.kind} profiles",
+                          "name a python there that has launch and torch, and drop environment:")
     bundled = code is None
     here_python = python
     python = profile.node_python(REMOTE_PYTHON if backend.own_hosts else python)

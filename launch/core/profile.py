@@ -36,6 +36,19 @@ class LoginSection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnvironmentSection:
+    """The Python environment launch builds on the cluster with uv, from the project's own dependency file, once
+    per content (``launch.core.python_env``); the job then runs its interpreter, with this machine's launch."""
+
+    source: str = field(metadata={"key": "from"})  # pyproject.toml, uv.lock or a requirements file (relative: to
+    # the submitting folder)
+    index_url: str | None = None  # where uv finds packages (uv's default: its own configuration, else PyPI)
+    wheels: str | None = None  # a folder of wheels here, shipped to the cluster: the only source (offline)
+    inherit: bool = False  # the packages of the profile's python stay importable beneath the environment's own
+    uv: str = "uv"  # uv on the cluster: a path, or a name on its PATH
+
+
+@dataclass(frozen=True, kw_only=True)
 class SlurmSection:
     """The allocation asked of SLURM; field names follow sbatch's long options."""
 
@@ -129,6 +142,7 @@ class Profile:
     # None: 1800 once the code reports a step through launch.job, never for code that reports none)
     restart_on_hang: bool = False  # a hung job may be restarted like a failed one (torchrun's --max-restarts)
     container: ContainerSection | None = None  # the image the processes run in
+    environment: EnvironmentSection | None = None  # built with uv on the cluster; the nodes run its python
     accelerate_config: str | None = None  # the user's own accelerate config file (relative: to this file)
     slurm: SlurmSection | None = None
     tpu: TpuSection | None = None

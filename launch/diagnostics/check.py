@@ -155,6 +155,7 @@ def judge(reports: Reports, *, nodes: int, per_node: int, device: str, hosts: tu
         rows.append(NodeRow(node=node, host=host, ranks=_rank_span(node, per_node), facts=first, reach=reach,
                             latency_ms=link.get("latency_ms"), bandwidth_mb_s=link.get("bandwidth_mb_s")))
     problems += _differences(reports.ranks)
+    problems += _launch_not_ours(reports.ranks)
     problems += _too_few_accelerators(rows, per_node, device)
     problems += _slow_links(rows)
     if not problems:  # ranks stopped by another's failure said nothing either; alone, a silent end is the cause
@@ -195,6 +196,19 @@ def _differences(ranks: tuple[dict[str, Any], ...]) -> list[str]:
             seen = "; ".join(f"{value} on {', '.join(hosts)}" for value, hosts in ordered)
             found.append(f"{what} differs between nodes: {seen}")
     return found
+
+
+def _launch_not_ours(ranks: tuple[dict[str, Any], ...]) -> list[str]:
+    """Nodes whose launch is not this machine's version: the job would run another launch than the one that
+    planned it."""
+    from launch.core.wheel import launch_version
+
+    mine = launch_version()
+    hosts = sorted({str(report["host"]) for report in ranks if str(report.get("launch", mine)) != mine})
+    versions = sorted({str(report["launch"]) for report in ranks if str(report.get("launch", mine)) != mine})
+    if not hosts:
+        return []
+    return [f"launch differs from this machine's ({mine}): {', '.join(versions)} on {', '.join(hosts)}"]
 
 
 def _too_few_accelerators(rows: list[NodeRow], per_node: int, device: str) -> list[str]:

@@ -5,7 +5,6 @@ Package versions come from installed metadata (no import); torch is imported onc
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -14,7 +13,7 @@ import subprocess
 import sys
 
 from launch import backends
-from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS, Machine
+from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS, Machine, installed_version
 from launch.core.profile import Profile
 from launch.core.profile_loader import bundled_profile_names
 
@@ -22,20 +21,13 @@ PACKAGES = ("torch", "torchvision", "accelerate", "transformers", "submitit", "t
 
 
 def inspect() -> Machine:
-    packages = {name: _version(name) for name in PACKAGES}
+    packages = {name: installed_version(name) for name in PACKAGES}
     devices, cuda, nccl, gloo = _torch_facts() if packages["torch"] else ((), None, None, False)
     commands = {name: shutil.which(name) for name in (*SLURM_COMMANDS, "gcloud")}
     return Machine(python=f"{platform.python_version()} ({sys.executable})", packages=packages,
                    cuda_devices=devices, cuda_version=cuda, nccl_version=nccl, gloo=gloo, commands=commands,
                    slurm_version=_slurm_version() if commands["sbatch"] else None,
                    interfaces=_interfaces())
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _torch_facts() -> tuple[tuple[str, ...], str | None, str | None, bool]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launch.core.machine import DISTRIBUTION
+from launch.core.machine import DISTRIBUTION, installed_version
 from launch.core.rendezvous import INTERFACE_VARIABLES
 
 PACKAGES = ("accelerate", "transformers")  # their versions, as the code would import them
@@ -47,10 +46,7 @@ def code_digest(script: str | None, module: str | None) -> str:
 
 
 def package_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "-"
+    return installed_version(name) or "-"
 
 
 def interface_toward(head: str | None, named: str | None) -> tuple[str, str, str]:

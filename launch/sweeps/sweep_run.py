@@ -60,7 +60,7 @@ def start_points(plan: sweep.SweepPlan, indices: tuple[int, ...], *, detach: boo
     for index, job_id in ids.items():
         layout.write_json_atomic(Path(plan.plans[index].run_dir) / layout.STATE, {
             "backend": plan.backend, "job_id": job_id, "world_size": plan.plans[index].world_size,
-            "status": "submitted", "updated": time.time()})
+            "status": "submitted", "updated": time.time(), **backend.arrays.recorded(plan.plans[index])})
     array_id = next(iter(ids.values())).split("_")[0]
     sweep.add_submission(Path(plan.folder), {"array": array_id, "points": list(indices), "time": time.time()})
     print(f"job array {array_id} submitted: {len(indices)} point(s), at most {plan.max_parallel} at once; "

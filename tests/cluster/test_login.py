@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +24,9 @@ import pytest
 import torch
 
 from launch.core.machine import DISTRIBUTION
-from tests.helpers import ROOT, wait_for, wait_for_run
+from tests.browser import Browser
+from tests.dashboard import Dashboard
+from tests.helpers import ROOT, USER_CODE, wait_for, wait_for_run
 from tests.testcluster import LoginHost
 
 RANKS_SCRIPT = """\
@@ -256,3 +259,171 @@ def test_a_secret_reaches_the_job_over_the_connection_and_is_written_nowhere(log
             assert not path.is_file() or value.encode() not in path.read_bytes(), f"the secret is in {path}"
     missing = _laptop(login_host, "submit", "--profile", str(profile), "--script", "train.py", cwd=project)
     assert missing.returncode == 2 and "HF_TOKEN" in missing.stderr, "a secret not set here is refused"
+
+
+ENV_SCRIPT = """\
+import sys
+import importlib.metadata as metadata
+import torch.distributed as dist
+import tinydep
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} runs {sys.executable} with {tinydep.SAID} and launch",
+      metadata.version("launch-torch-jobs"), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_an_environment_built_offline_from_a_wheel_folder_is_reused_by_the_next_run(login_host: LoginHost,
+                                                                                     tmp_path: Path) -> None:
+    """environment: {from: requirements.txt, wheels: wheels}: built on the cluster with uv from the shipped
+    wheels only (--offline --no-index), with this laptop's launch in it; the second run reuses it; a dependency
+    the wheels lack fails the submit naming the package, and leaves no run folder and no half environment."""
+    from launch.core.wheel import write_wheel
+
+    uv = shutil.which("uv")
+    assert uv is not None, "uv is a test dependency (pip install -e '.[test]')"
+    project = _project(tmp_path, ENV_SCRIPT)
+    write_wheel(project / "wheels", "tinydep", "1.0", {"tinydep/__init__.py": b"SAID = 'the shipped wheel'\n"})
+    (project / "requirements.txt").write_text("tinydep==1.0\n")
+    # inherit: torch comes from the cluster's Python (the test venv's) beneath the environment's own packages
+    extra = f"environment:\n  from: requirements.txt\n  wheels: wheels\n  inherit: true\n  uv: {uv}\n"
+    profile = login_host.profile(tmp_path, extra=extra)
+    first = _laptop(login_host, "submit", "--profile", str(profile), "--run-dir", "runs/first", "--script",
+                    "train.py", cwd=project)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    built = [line for line in first.stdout.splitlines() if line.startswith("environment ")]
+    assert built and " built on " in built[0], first.stdout[-2000:]
+    envs = login_host.cluster_dir / ".launch" / "envs"
+    (folder,) = [path for path in envs.iterdir() if path.is_dir()]
+    assert f"runs {folder}/bin/python with the shipped wheel and launch {version(DISTRIBUTION)}" in first.stdout
+    assert not list(envs.glob("*.building.*")), "the build's temporary folder was renamed into place"
+    shipped = Path(_state(project / "runs" / "first")["remote"]["run_dir"])
+    assert (shipped / "code" / "train.py").is_file() and not (shipped / "code" / "wheels").exists(), \
+        "the wheels go once into the cluster's .launch/wheels, not into every run's code"
+
+    second = _laptop(login_host, "submit", "--profile", str(profile), "--run-dir", "runs/second", "--script",
+                     "train.py", cwd=project)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    assert any(line.startswith("environment ") and " reused on " in line for line in second.stdout.splitlines())
+    assert [path for path in envs.iterdir() if path.is_dir()] == [folder], "no second environment"
+    sent = int(second.stdout.split("shipped ", 1)[1].split(" bytes")[0])
+    assert sent < 100_000, f"{sent} bytes: the wheels and the code were sent again"
+    checked = _laptop(login_host, "check", "--profile", str(profile), "--script", "train.py", cwd=project)
+    assert checked.returncode == 0 and "check passed" in checked.stdout, checked.stdout[-3000:] + checked.stderr
+    rows = [line.split() for line in checked.stdout.splitlines() if line.split()[:2] in (["0", "n3"], ["1", "n4"])]
+    assert len(rows) == 2, checked.stdout
+    for row in rows:  # each node runs the environment's python, with this laptop's launch and torch in it
+        assert f"{folder}/bin/python" in row and version(DISTRIBUTION) in row and torch.__version__ in row, row
+
+    (project / "requirements.txt").write_text("tinydep==1.0\nnosuchpkg>=2\n")
+    failed = _laptop(login_host, "submit", "--profile", str(profile), "--run-dir", "runs/third", "--script",
+                     "train.py", cwd=project)
+    assert failed.returncode == 2, failed.stdout[-2000:] + failed.stderr[-3000:]
+    assert f"login host {login_host.host}: building the environment from requirements.txt failed (package " \
+           "nosuchpkg)" in failed.stderr, failed.stderr
+    assert "nosuchpkg was not found" in failed.stderr, "the log's last lines follow"
+    assert not (project / "runs" / "third").exists()
+    assert not list(login_host.cluster_dir.glob("runs/third-*")), "nothing of the run is left on the cluster"
+    assert not list(envs.glob("*.building.*")) and [path for path in envs.iterdir() if path.is_dir()] == [folder]
+
+
+def test_the_ui_on_the_laptop_follows_a_remote_run_live_in_chromium_and_cancels_it(login_host: LoginHost,
+                                                                                    tmp_path: Path,
+                                                                                    browser: Browser) -> None:
+    """`launch ui` runs on the laptop (the cluster's folder hidden): the run page of a job running on the
+    cluster shows it running, its steps and its log as they come back over the login host, and its cancel
+    button ends the job there."""
+    project = _project(tmp_path, (USER_CODE / "ui_job.py").read_text())
+    profile = login_host.profile(tmp_path)
+    started = _laptop(login_host, "submit", "--profile", str(profile), "--run-dir", "runs/live", "--script",
+                      "train.py", "--detach", "--", "--steps", "400", "--step-seconds", "0.5", cwd=project)
+    assert started.returncode == 0, started.stderr[-3000:]
+    run_dir = project / "runs" / "live"
+    job_id = str(_state(run_dir)["job_id"])
+    ui = Dashboard(project / "runs", wrap=lambda argv: login_host.laptop(["env", "-u", "SLURM_CONF", *argv]))
+    try:
+        browser.open(ui.page_url("run", "0:live"))
+        browser.wait_for(lambda: browser.text("#state") == "running" and (browser.text("#step") or "-") != "-",
+                         180, "the page shows the remote job running with a step")
+        first = int(browser.text("#step") or 0)
+        browser.wait_for(lambda: int(browser.text("#step") or 0) >= first + 4, 90, "the steps go on, live")
+        assert "step " in (browser.text("#log") or ""), "the rank's log came back from the cluster"
+        browser.click("#cancel")
+        browser.click("#confirm-yes")
+        browser.wait_for(lambda: browser.text("#state") == "cancelled", 120, "the page shows the job cancelled")
+    finally:
+        ui.stop()
+    assert wait_for(lambda: job_id not in _queue(login_host), 60), "the job is gone from SLURM's queue"
+    for given in (job_id, "live"):  # later commands find the remote run by its job id, or its name under runs/
+        shown = _laptop(login_host, "status", given, cwd=project)
+        assert "runs/live: cancelled" in shown.stdout, shown.stdout + shown.stderr
+
+
+SWEEP_SCRIPT = """\
+import os, sys
+import torch.distributed as dist
+fail = sys.argv[sys.argv.index("--fail") + 1] == "1"
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} of point fail={int(fail)}", flush=True)
+dist.barrier()
+dist.destroy_process_group()
+if fail and not os.path.exists("fixed"):  # in the cluster's workdir, where the job starts
+    raise SystemExit(3)
+"""
+
+
+def test_a_sweep_from_the_laptop_is_one_array_there_and_its_failed_point_is_retried(login_host: LoginHost,
+                                                                                    tmp_path: Path) -> None:
+    """Two points as one job array submitted through the login host (both run folders shipped, the second
+    linking the first's unchanged code); the point that fails is named by status from the laptop, and
+    `sweep retry --failed` runs it again there once the cause is gone."""
+    project = _project(tmp_path, SWEEP_SCRIPT)
+    profile = login_host.profile(tmp_path)
+    done = _laptop(login_host, "sweep", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/sw",
+                   "--grid", "fail=0,1", cwd=project, timeout=600)
+    assert done.returncode == 1 and "1 of 2 point(s) finished" in done.stdout, done.stdout[-3000:] + done.stderr
+    assert "job array " in done.stdout and "shipped " in done.stdout
+    folder = project / "runs" / "sw"
+    points = sorted(path for path in folder.iterdir() if path.name.startswith("p0"))
+    there = [Path(_state(point)["remote"]["run_dir"]) for point in points]
+    assert all(path.is_relative_to(login_host.cluster_dir) for path in there), there
+    assert (there[1] / "code" / "train.py").stat().st_nlink >= 2, "the second point's code links the first's"
+    assert "rank 1 of point fail=0" in (points[0] / "logs" / "rank-1.log").read_text(), "its logs came back"
+    status = _laptop(login_host, "status", "runs/sw", cwd=project)
+    lines = status.stdout.splitlines()
+    assert any("finished" in line and "fail=0" in line for line in lines), status.stdout + status.stderr
+    assert any("failed" in line and "fail=1" in line for line in lines), status.stdout
+
+    (login_host.cluster_dir / "fixed").write_text("")
+    retried = _laptop(login_host, "sweep", "retry", "runs/sw", "--failed", cwd=project, timeout=600)
+    assert retried.returncode == 0, retried.stdout[-3000:] + retried.stderr[-3000:]
+    assert "retrying point(s) 1 " in retried.stdout
+    after = _laptop(login_host, "status", "runs/sw", cwd=project).stdout
+    assert sum("finished" in line for line in after.splitlines() if "fail=" in line) == 2, after
+
+
+def test_a_full_disk_on_the_cluster_fails_the_submit_in_one_line_and_leaves_nothing(login_host: LoginHost,
+                                                                                    tmp_path: Path) -> None:
+    """The workdir there is a 1 MiB file system (a tmpfs mounted in the login host's own mount namespace): the
+    3 MB project cannot arrive. One line names the host and the cause; no run folder stays on either side."""
+    pid = Path("/run/launchsl/sshd-login.pid").read_text().split()[0]
+    inside = ["nsenter", "-t", pid, "-m", "--"]  # the login host's mount namespace, where its sessions run
+    small = login_host.cluster_dir / "small"
+    small.mkdir()
+    subprocess.run([*inside, "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True, timeout=30)
+    try:
+        project = _project(tmp_path, RANKS_SCRIPT)
+        (project / "weights.bin").write_bytes(os.urandom(3_000_000))
+        profile = login_host.profile(tmp_path)
+        profile.write_text(profile.read_text().replace(f"workdir: {login_host.cluster_dir}", f"workdir: {small}"))
+        done = _laptop(login_host, "submit", "--profile", str(profile), "--script", "train.py", cwd=project)
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        assert f"login host {login_host.host}: its disk is full (while shipping the run folder)" in done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2, done.stderr
+        left = subprocess.run([*inside, "find", str(small / "runs"), "-mindepth", "1"], capture_output=True,
+                              text=True, timeout=30)
+        assert left.stdout == "", f"left on the cluster: {left.stdout[:500]}"
+        assert not (project / "runs").exists() or not any((project / "runs").iterdir()), "nor here"
+    finally:
+        subprocess.run([*inside, "umount", str(small)], timeout=30)

@@ -36,3 +36,18 @@ def test_the_verdict_names_the_odd_node_out_and_the_slow_link() -> None:
     silent = Reports(ranks=(reports.ranks[0], {**rank(1, "b", "1.16.0"), "done": False}), nodes=(), links=None)
     assert judge(silent, nodes=2, per_node=1, device="cpu").problems == (  # a probe that died without a word
         "b (node 1): ranks 1 ended before the check finished, without naming a cause (their logs say why)",)
+
+
+def test_a_node_whose_launch_is_not_this_machines_is_named_even_when_every_node_agrees() -> None:
+    """Equal across the nodes is not enough: the job would run another launch than the one that planned it."""
+    from launch.core.wheel import launch_version
+
+    def rank(node: int, launch: str) -> dict[str, object]:
+        return {"rank": node, "node": node, "host": f"n{node}", "launch": launch, "reach": "ok", "done": True,
+                "problems": []}
+
+    ours = Reports(ranks=(rank(0, launch_version()), rank(1, launch_version())), nodes=(), links=None)
+    assert judge(ours, nodes=2, per_node=1, device="cpu").problems == ()
+    old = Reports(ranks=(rank(0, "0.0.9"), rank(1, "0.0.9")), nodes=(), links=None)
+    assert judge(old, nodes=2, per_node=1, device="cpu").problems == (
+        f"launch differs from this machine's ({launch_version()}): 0.0.9 on n0, n1",)

@@ -138,3 +138,86 @@ def test_render_names_the_secrets_sent_over_stdin_and_shows_no_value(tmp_path: P
     assert "IFS= read -r HF_TOKEN && " in line and line.index("export HF_TOKEN") < line.index("sbatch --parsable")
     assert "the secrets HF_TOKEN" in done.stdout and "go over the connection's stdin" in done.stdout
     assert value not in done.stdout
+
+
+ENVIRONMENT = LOGIN + """\
+environment:
+  from: requirements.txt
+  wheels: wheels
+"""
+
+
+def test_render_shows_the_environment_build_and_the_job_runs_its_python(tmp_path: Path) -> None:
+    from launch.core.wheel import write_wheel
+
+    profile = _write(tmp_path, ENVIRONMENT)
+    (tmp_path / "requirements.txt").write_text("tinydep==1.0\n")
+    write_wheel(tmp_path / "wheels", "tinydep", "1.0", {"tinydep/__init__.py": b""})
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/one", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    envs = "/scratch/alice/mnist/.launch/envs/"
+    srun = text.split("srun", 1)[1].splitlines()[0]
+    assert f"exec {envs}" in srun and "/bin/python -m torch.distributed.run" in srun, srun
+    build = next(line for line in text.splitlines() if "bash -c BUILD_SCRIPT launch-env" in line)
+    assert "--offline --no-index --find-links /scratch/alice/mnist/.launch/wheels" in build
+    assert "/env/requirements.txt" in build and "launch_torch_jobs-" in build, build
+    assert "rsync -a --stats" in text and f"{tmp_path}/wheels/ alice@login.example.org:/scratch/alice/mnist/" \
+        ".launch/wheels/" in text
+    assert 'exec 9>"$target.lock" && flock 9' in text, "the script is shown"
+    assert not (tmp_path / "runs").exists(), "render makes nothing"
+    again = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/one", cwd=tmp_path)
+    assert again.stdout == text, "the environment's name is its content's hash: the same files, the same plan"
+    (tmp_path / "requirements.txt").write_text("tinydep==1.0\nother\n")
+    changed = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/one",
+                      cwd=tmp_path)
+    assert changed.stdout.split(envs, 1)[1][:16] != text.split(envs, 1)[1][:16], "a new lock, a new environment"
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ("extends: slurm-local-2x2\nenvironment:\n  from: requirements.txt\n",
+     "environment: is built on the cluster through its login host: add slurm.login"),
+    ("extends: local-cpu\nenvironment:\n  from: requirements.txt\n",
+     "environment: is built on a SLURM cluster through its login host (slurm.login); not yet for local profiles"),
+    (LOGIN + "environment:\n  from: setup.cfg\n", "environment.from: 'setup.cfg': name a pyproject.toml"),
+    (LOGIN + "environment:\n  from: requirements.txt\n  wheels: w\n  index_url: https://pypi.example/simple\n",
+     "environment: index_url and wheels are two package sources"),
+    (LOGIN + "environment:\n  form: requirements.txt\n", "environment.form: unknown key; did you mean 'from'?"),
+    (LOGIN + "environment:\n  from: missing.txt\n", "environment.from: "),
+])
+def test_a_wrong_environment_is_one_line_naming_the_key(tmp_path: Path, body: str, named: str) -> None:
+    profile = _write(tmp_path, body)
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", cwd=tmp_path)
+    assert done.returncode == 2 and named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_launchs_own_wheel_is_the_same_bytes_for_the_same_files(tmp_path: Path) -> None:
+    """What the environment's hash names is what it installs: the wheel is built from the files the digest reads."""
+    import zipfile
+
+    from launch.core.wheel import launch_files, write_launch_wheel
+
+    first = write_launch_wheel(tmp_path / "a")
+    second = write_launch_wheel(tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes()
+    with zipfile.ZipFile(first) as wheel:
+        names = set(wheel.namelist())
+    assert set(launch_files()) <= names and "launch/runtime/worker.py" in names
+    assert "launch/cluster_configs/local-cpu.yaml" in names and "launch_examples/ddp.py" in names
+    assert not any("__pycache__" in name for name in names)
+
+
+def test_a_sweeps_render_shows_one_array_there_reading_each_points_script_there(tmp_path: Path) -> None:
+    profile = _write(tmp_path, LOGIN)
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/sw", "--grid",
+                   "lr=1,2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    sweep_there = "/scratch/alice/mnist/runs/sw-"
+    array = next(line for line in text.splitlines() if line.startswith("  submitted with: ssh"))
+    assert f"sbatch --parsable --array=0-1%2 {sweep_there}" in array and "/array.sbatch" in array
+    assert array.count("the code arrived changed in") == 2, "both points' code is checked there before sbatch"
+    elements = [line.strip() for line in text.splitlines() if line.strip().startswith(("0) exec", "1) exec"))]
+    assert len(elements) == 2 and all("/scratch/alice/mnist/runs/p00" in line for line in elements), elements
+    assert f"#SBATCH --output={sweep_there}" in text

@@ -122,6 +122,7 @@ class GcloudBackend:
 
     name = "gcloud"
     own_hosts = True
+    builds_environments = False  # not yet: each host's python has launch
     forwards_secrets = False
     snapshots = True
     restarts_workers = False

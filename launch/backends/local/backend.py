@@ -272,6 +272,7 @@ class LocalBackend:
 
     name = "local"
     own_hosts = False
+    builds_environments = False  # this machine's own Python runs the job
     forwards_secrets = True
     snapshots = False  # it starts now, from the files as they are
     restarts_workers = True

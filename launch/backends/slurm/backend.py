@@ -47,11 +47,17 @@ class SlurmLauncher(Generic[JobT]):
     render_array: Callable[[ArraySweep[JobT, ArrayJob]], list[str]]
     where: Callable[[LaunchPlan[JobT]], Cluster] = lambda plan: clusters.HERE  # behind a login host, or here
 
+    def recorded(self, plan: LaunchPlan[JobT]) -> dict[str, Any]:
+        """What state.json keeps of where the job of ``plan`` runs: the cluster behind its login host, if any."""
+        remote = self.where(plan).remote
+        return {REMOTE_KEY: clusters.record(remote)} if remote is not None else {}
+
 
 class SlurmBackend(Generic[JobT]):
     """SLURM through one of its two launchers: what differs is the launcher's (``SlurmLauncher``); following the
     job, status, logs and cancel are SLURM's, shared."""
 
+    builds_environments = True  # through the login host (slurm.login; the profile's checks require it)
     own_hosts = False  # the nodes share the submitting folder, the Python and the run folder
     snapshots = True
     forwards_secrets = True  # the job inherits this environment (sbatch --export=ALL, submitit's pickle)
@@ -111,10 +117,9 @@ class SlurmBackend(Generic[JobT]):
         run_dir = Path(plan.run_dir)
         cluster = self.launcher.where(plan)
         job_id = self.launcher.submit(plan)
-        remote = {REMOTE_KEY: clusters.record(cluster.remote)} if cluster.remote is not None else {}
         layout.write_json_atomic(run_dir / layout.STATE, {"backend": self.name, "job_id": job_id,
                                                       "world_size": plan.world_size, "status": "submitted",
-                                                      "updated": time.time(), **remote})
+                                                      "updated": time.time(), **self.launcher.recorded(plan)})
         there = f" (on the cluster: {cluster.remote.login.host}:{cluster.remote.run_dir})" if cluster.remote else ""
         print(f"job {job_id} submitted; run dir: {run_dir}{there}", flush=True)
         if detach:

@@ -4,13 +4,14 @@ per process)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import PurePath, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import ClassVar
 
 from launch.backends.slurm import sbatch_script
 from launch.backends.slurm.login import Login, remote_run_dir
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submitit_job
+from launch.core import python_env
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.plan import (
     REMOTE_PYTHON,
@@ -79,6 +80,10 @@ def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     profile = inputs.profile
     assert profile.slurm is not None  # noqa: S101 - it has a login
     python = profile.node_python(REMOTE_PYTHON)  # the cluster's, not this machine's
+    environment = None
+    if profile.environment is not None:  # built there from the project's dependency file: the job runs its python
+        environment = python_env.spec_for(profile, Path(inputs.workdir), base_python=python, workdir=section.workdir)
+        python = environment.python
     there = remote_run_dir(section, inputs.run_dir)
     # unique to the run (its remote folder's digest), so that a submit whose answer was lost finds its job by name
     named = profile.slurm.job_name or f"{_job_name(inputs)}-{PurePosixPath(there).name.rsplit('-', 1)[-1]}"
@@ -88,7 +93,7 @@ def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     files = tuple(replace(file, path=str(PurePath(inputs.run_dir, PurePosixPath(file.path).relative_to(there))))
                   for file in planned.job.files)
     remote = Remote(login=Login(section=section), run_dir=there, workdir=section.workdir, python=python,
-                    job_name=named)
+                    job_name=named, environment=environment)
     return replace(planned, run_dir=inputs.run_dir, profile=inputs.profile,
                    job=replace(planned.job, files=files, remote=remote))
 
@@ -126,6 +131,7 @@ class ArrayJob:
     script: str = ""  # the sbatch launcher's array script
     parameters: tuple[tuple[str, object], ...] = ()  # the submitit launcher's executor, for the whole array
     folder: str = ""  # the submitit launcher's folder
+    remote: Remote | None = None  # through the login host: the sweep folder there (``script`` is there)
 
     def submit_argv(self, indices: tuple[int, ...], max_parallel: int) -> tuple[str, ...]:
         """sbatch's command for the elements ``indices`` (the sbatch launcher)."""

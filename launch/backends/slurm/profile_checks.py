@@ -62,6 +62,9 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
                         "remove it or set device: cuda")
     if slurm.login is not None:
         problems += _check_login(profile, slurm.login)
+    elif profile.environment is not None:
+        problems.append("environment: is built on the cluster through its login host: add slurm.login (on a login "
+                        "node itself, name the python of an environment you made)")
     return problems
 
 

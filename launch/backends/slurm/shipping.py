@@ -22,13 +22,15 @@ from pathlib import Path, PurePosixPath
 from launch.backends.slurm import login as login_host
 from launch.backends.slurm.login import Login
 from launch.backends.slurm.sbatch_answer import sbatch_job_id
+from launch.core import python_env
 from launch.core.machine import DISTRIBUTION
 from launch.core.profile import Profile
 from launch.core.snapshot import FOLDER as CODE
+from launch.core.wheel import launch_version
 from launch.errors import LaunchError, SubmitError
 
 LAST_RUN = ".launch/last-run"  # under the workdir there: the run folder shipped last (a link)
-NOT_FETCHED = ("/code", "/checkpoints", "/state.json")  # what stays on the cluster (state.json is this side's)
+NOT_FETCHED = ("/code", "/checkpoints", "/state.json", f"/{python_env.INPUTS}")  # what stays on the cluster (state.json is this side's)
 _MARK = "launch-look:"
 
 
@@ -48,15 +50,17 @@ class Remote:
     login: Login
     run_dir: str  # the run folder there
     workdir: str  # the project folder there; the job starts in it
-    python: str  # the cluster's interpreter (launch's version checked in it)
+    python: str  # the cluster's interpreter (launch's version checked in it), or the environment's
     job_name: str  # unique to the run: a submit whose answer was lost finds its job by it
+    environment: python_env.EnvSpec | None = None  # built there before sbatch (the profile's environment:)
 
-    @property
-    def link_target(self) -> str:
-        """``LAST_RUN``'s target once this run is shipped: relative to the link where the run folder is."""
-        inside = PurePosixPath(self.run_dir).relative_to(self.workdir) \
-            if PurePosixPath(self.run_dir).is_relative_to(self.workdir) else None
-        return f"../{inside}" if inside is not None else self.run_dir
+    def link_target(self, run_dir: str | None = None) -> str:
+        """``LAST_RUN``'s target once ``run_dir`` (this run's folder) is shipped: relative to the link where the
+        run folder is."""
+        run_dir = run_dir or self.run_dir
+        inside = PurePosixPath(run_dir).relative_to(self.workdir) \
+            if PurePosixPath(run_dir).is_relative_to(self.workdir) else None
+        return f"../{inside}" if inside is not None else run_dir
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +68,7 @@ class Look:
     """What the login host said before anything was shipped."""
 
     has_rsync: bool
+    has_uv: bool  # the environment's uv (environment.uv) is there
     launch_version: str | None  # of the cluster's Python; None when it has no launch
     last_run: str | None  # the run folder shipped last (absolute), if any
 
@@ -76,6 +81,8 @@ def look_command(remote: Remote, *, check_python: bool) -> str:
                          str(PurePosixPath(remote.workdir, ".launch"))]),
              f"{{ command -v sbatch >/dev/null || {{ echo {_MARK}no-sbatch; exit {_SUBMIT_FAILED}; }}; }}",
              f"{{ command -v rsync >/dev/null && echo {_MARK}rsync; true; }}",
+             *([f"{{ command -v {shlex.quote(remote.environment.section.uv)} >/dev/null && echo {_MARK}uv; true; }}"]
+               if remote.environment is not None else []),
              f"{{ readlink -e {shlex.quote(str(PurePosixPath(remote.workdir, LAST_RUN)))} | sed 's/^/{_MARK}last=/'; "
              "true; }"]
     if check_python:
@@ -94,15 +101,21 @@ def look(remote: Remote, *, check_python: bool) -> Look:
         raise SubmitError(f"login host {remote.login.host}: cannot make the run folder's parent there: "
                           f"{_last_line(done.stderr)}")
     values = dict(line.split("=", 1) for line in said if "=" in line)
-    return Look(has_rsync="rsync" in said, launch_version=values.get("launch"), last_run=values.get("last"))
+    return Look(has_rsync="rsync" in said, has_uv="uv" in said, launch_version=values.get("launch"), last_run=values.get("last"))
 
 
 def check_cluster(remote: Remote, profile: Profile) -> Look:
     """Before anything is made: the login host answers, has sbatch, and (without a container, whose image has
     its own) the cluster's Python has this machine's launch."""
-    seen = look(remote, check_python=profile.container is None)
-    if profile.container is None:
-        mine = _launch_version()
+    built = remote.environment
+    seen = look(remote, check_python=profile.container is None and built is None)
+    if built is not None and not seen.has_uv:
+        raise SubmitError(f"login host {remote.login.host}: {built.section.uv} is not there (environment.uv), to "
+                          f"build the environment from {built.section.source}",
+                          "install uv there (pip install --user uv, or its standalone installer), or set "
+                          "environment.uv to its path")
+    if profile.container is None and built is None:
+        mine = launch_version()
         if seen.launch_version is None:
             raise SubmitError(f"login host {remote.login.host}: {remote.python} there cannot import launch",
                               f"install it there (pip install {DISTRIBUTION}=={mine}), or name a Python that has it "
@@ -114,24 +127,16 @@ def check_cluster(remote: Remote, profile: Profile) -> Look:
     return seen
 
 
-def _launch_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def rsync_argv(remote: Remote, run_dir: str, last_run: str | None) -> tuple[str, ...]:
-    """The run folder here copied there; a file the last run folder has unchanged is linked, not sent."""
-    return ("rsync", "-a", "--stats", *((f"--link-dest={last_run}",) if last_run else ()), "-e",
+    """The run folder here copied there; a file the last run folder has unchanged is linked, not sent. Unchanged
+    by content (``--checksum``): two plan files of one size written in the same second differ all the same."""
+    return ("rsync", "-a", "--checksum", "--stats", *((f"--link-dest={last_run}",) if last_run else ()), "-e",
             remote.login.rsync_shell(), f"{run_dir}/", remote.login.remote(f"{remote.run_dir}/"))
 
 
 def ship(remote: Remote, run_dir: Path, seen: Look) -> int:
     """The run folder here copied into its folder there; the bytes sent."""
-    if seen.has_rsync and _here("rsync"):
+    if seen.has_rsync and here("rsync"):
         return _rsync(remote, run_dir, seen.last_run)
     return _tar_changed(remote, run_dir, seen.last_run)
 
@@ -205,16 +210,19 @@ def _tar_changed(remote: Remote, run_dir: Path, last_run: str | None) -> int:
 
 
 def submit_command(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None,
-                   secret_names: tuple[str, ...] = ()) -> str:
-    """On the login host: the code's digest checked, this run recorded as the last shipped, then sbatch, with the
-    secrets ``secret_names`` read from stdin, one line each, into its environment (never a command line)."""
+                   secret_names: tuple[str, ...] = (), shipped: tuple[str, ...] = ()) -> str:
+    """On the login host: the code's digest checked in each run folder ``shipped`` (default: the remote's), the
+    last of them recorded as the last shipped, then sbatch, with the secrets ``secret_names`` read from stdin,
+    one line each, into its environment (never a command line)."""
+    shipped = shipped or (remote.run_dir,)
     steps = [shlex.join(["cd", remote.run_dir])]
     if code_digest is not None:
-        steps.append(f'{{ test "$(cd {CODE} && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum '
-                     f'| sha256sum)" = {shlex.quote(code_digest + "  -")} || {{ echo "launch: the code arrived '
-                     f'changed" >&2; exit {_CHANGED}; }}; }}')
+        for run_dir in shipped:
+            steps.append(f'{{ test "$(cd {shlex.quote(f"{run_dir}/{CODE}")} && find . -type f -print0 | LC_ALL=C '
+                         f'sort -z | xargs -0 -r sha256sum | sha256sum)" = {shlex.quote(code_digest + "  -")} || '
+                         f'{{ echo "launch: the code arrived changed in {run_dir}" >&2; exit {_CHANGED}; }}; }}')
     link = str(PurePosixPath(remote.workdir, LAST_RUN))
-    steps += [f"ln -sfn {shlex.quote(remote.link_target)} {shlex.quote(link)}.$$ && "
+    steps += [f"ln -sfn {shlex.quote(remote.link_target(shipped[-1]))} {shlex.quote(link)}.$$ && "
               f"mv -T {shlex.quote(link)}.$$ {shlex.quote(link)}",
               shlex.join(["cd", remote.workdir]),
               *(f"IFS= read -r {name}" for name in secret_names),
@@ -223,7 +231,7 @@ def submit_command(remote: Remote, submit_argv: tuple[str, ...], code_digest: st
 
 
 def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None,
-           secrets: dict[str, str] | None = None) -> str:
+           secrets: dict[str, str] | None = None, shipped: tuple[str, ...] = ()) -> str:
     """sbatch run there (``secrets`` sent over the connection's stdin); its job id. A connection lost before the
     id came back: the job is looked up by its name (unique to the run), so that a submit that did reach SLURM is
     never made twice."""
@@ -232,7 +240,7 @@ def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None
     if broken:
         raise SubmitError(f"secret {broken[0]}: its value has a line break; launch sends each secret as one line")
     started = time.time()
-    command = submit_command(remote, submit_argv, code_digest, tuple(secrets))
+    command = submit_command(remote, submit_argv, code_digest, tuple(secrets), shipped)
     try:
         done = login_host.run(remote.login, command, doing="submitting",
                               stdin="".join(f"{value}\n" for value in secrets.values()).encode())
@@ -242,8 +250,8 @@ def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None
             raise
         return found
     if done.returncode == _CHANGED:
-        raise SubmitError(f"login host {remote.login.host}: the code arrived changed in {remote.run_dir}/{CODE} "
-                          "(its digest differs from the snapshot's)", "submit again")
+        raise SubmitError(f"login host {remote.login.host}: {_last_line(done.stderr).removeprefix('launch: ')} "
+                          f"(the digest of its {CODE}/ differs from the snapshot's)", "submit again")
     return sbatch_job_id(done, f" on {remote.login.host}")
 
 
@@ -269,6 +277,26 @@ def _find_job(remote: Remote, job_name: str, since: float, lost: SubmitError) ->
                     "again (the run folders here and there are kept)")
 
 
+def put_files(remote: Remote, folder: str, files: dict[str, str], *, folders: tuple[str, ...] = ()) -> None:
+    """Small text files (name -> text) written into ``folder`` there, executable, with the empty ``folders``
+    beside them (a tar over the connection)."""
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in folders:
+            entry = tarfile.TarInfo(name)
+            entry.type, entry.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(entry)
+        for name, text in files.items():
+            data = text.encode()
+            entry = tarfile.TarInfo(name)
+            entry.size, entry.mode = len(data), 0o755
+            tar.addfile(entry, io.BytesIO(data))
+    done = login_host.run(remote.login, f"mkdir -p {shlex.quote(folder)} && cd {shlex.quote(folder)} && tar -xf -",
+                          doing="writing the sweep's files", stdin=packed.getvalue())
+    if done.returncode != 0:
+        raise login_host.failure(remote.login, done.stderr, "writing the sweep's files")
+
+
 def fetch_argv(remote: Remote, run_dir: str) -> tuple[str, ...]:
     """The cluster's run folder brought here (its logs, records, results), without the code and checkpoints."""
     return ("rsync", "-a", *(f"--exclude={path}" for path in NOT_FETCHED), "-e", remote.login.rsync_shell(),
@@ -278,7 +306,7 @@ def fetch_argv(remote: Remote, run_dir: str) -> tuple[str, ...]:
 def fetch(remote: Remote, run_dir: Path) -> bool:
     """What the job wrote there, brought here (rsync; else a tar of it); False when the host did not answer."""
     try:
-        if _here("rsync"):
+        if here("rsync"):
             done = subprocess.run(fetch_argv(remote, str(run_dir)), capture_output=True, timeout=300)
             if done.returncode == 0:
                 return True
@@ -304,7 +332,7 @@ def remove(remote: Remote) -> None:
         pass
 
 
-def _here(program: str) -> bool:
+def here(program: str) -> bool:
     from shutil import which
 
     return which(program) is not None

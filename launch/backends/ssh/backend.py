@@ -171,6 +171,7 @@ class SshBackend:
     """Hosts reached with ssh, from a host list: one connection each, started together from here."""
 
     name = "ssh"
+    builds_environments = False  # not yet: each host's python has launch
     own_hosts = True  # each host has its own project folder, Python and run folder
     snapshots = True  # the code the job runs is shipped to every host at submit
     forwards_secrets = True  # from this environment, over each connection
