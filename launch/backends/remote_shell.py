@@ -98,14 +98,16 @@ FOLDER_PRESENT = "launch: run folder present"
 
 
 def reach_command(workdir: str, python: tuple[str, ...], run_dir: str, setup: list[str] | None = None,
-                  folders: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = ()) -> str:
+                  folders: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (),
+                  imports: str = "launch.backends.ssh.host_guard") -> str:
     """What a host runs before anything starts: into the project folder, whose Python (after the profile's
     ``setup`` block, if any; ``python`` may start it in a container) imports launch; it says ``FOLDER_PRESENT`` when the run folder ``run_dir`` holds an
     earlier run's logs (one that started); ``folders`` are made first and ``env`` set (a container mounts them
-    and may need the profile's variables)."""
+    and may need the profile's variables). ``imports``: what the Python must import (launch's host guard; ``sys``
+    where launch builds the environment from it)."""
     logs = shlex.quote(f"{run_dir}/logs")
     imports = " ".join([*(["env", *_assignments(env)] if env else []),
-                        shlex.join([*python, "-c", "import launch.backends.ssh.host_guard"])])
+                        shlex.join([*python, "-c", f"import {imports}"])])
     if setup:
         imports = shlex.join(["bash", "-c", "\n".join([*setup, imports])])
     made = "".join(f"{shlex.join(['mkdir', '-p', *folders])} && " for _ in folders[:1])

@@ -144,8 +144,8 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
         raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
                           backend.continue_hint)
     if profile.environment is not None and not backend.builds_environments:
-        raise LaunchError(f"{profile.source}: environment: is built on a SLURM cluster through its login host "
-                          f"(slurm.login); not yet for {profile.kind} profiles",
+        raise LaunchError(f"{profile.source}: environment: is built where the job runs: on a SLURM cluster through "
+                          f"its login host (slurm.login), or on ssh hosts; not yet for {profile.kind} profiles",
                           "name a python there that has launch and torch, and drop environment:")
     bundled = code is None
     here_python = python

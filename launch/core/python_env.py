@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from launch.core.environment_checks import kind_of
 from launch.core.profile import EnvironmentSection, Profile
 from launch.core.wheel import launch_files_digest, wheel_name, write_launch_wheel
 from launch.errors import LaunchError
@@ -67,38 +68,6 @@ tail -n 15 "$log" >&2
 exit 89
 """
 
-_KINDS = {"uv.lock": "lock", "pyproject.toml": "project"}
-REQUIREMENT_SUFFIXES = (".txt", ".in")
-
-
-def kind_of(source: str) -> str | None:
-    """What uv reads from the dependency file ``source`` (by its name); None when launch does not know it."""
-    name = PurePosixPath(source).name
-    if name in _KINDS:
-        return _KINDS[name]
-    return "requirements" if name.endswith(REQUIREMENT_SUFFIXES) else None
-
-
-def check_environment(profile: Profile) -> list[str]:
-    """The ``environment`` section's problems, each one line naming its key."""
-    section = profile.environment
-    if section is None:
-        return []
-    problems: list[str] = []
-    if kind_of(section.source) is None:
-        problems.append(f"environment.from: {section.source!r}: name a pyproject.toml, a uv.lock or a requirements "
-                        f"file ({', '.join(REQUIREMENT_SUFFIXES)})")
-    if section.index_url is not None and section.wheels is not None:
-        problems.append("environment: index_url and wheels are two package sources; name one (wheels: offline, "
-                        "only the shipped folder)")
-    if not section.uv or any(c.isspace() for c in section.uv) or section.uv.startswith(("-", "~")):
-        problems.append(f"environment.uv: {section.uv!r}: one word, an absolute path or a name on the login host's "
-                        "PATH")
-    if profile.container is not None:
-        problems.append("environment: a container's image has its own Python; name one of the two")
-    return problems
-
-
 @dataclass(frozen=True, kw_only=True)
 class EnvSpec:
     """One environment: what it is built from, and the folder its hash names on the cluster."""
@@ -118,8 +87,15 @@ class EnvSpec:
 
     @property
     def python(self) -> str:
-        """The interpreter the job runs."""
+        """The interpreter the job runs (as the build's shell finds it: a relative workdir is from the home)."""
         return f"{self.folder}/bin/python"
+
+    @property
+    def job_python(self) -> str:
+        """The interpreter as the nodes name it, starting in the workdir (relative to it, when it is)."""
+        if PurePosixPath(self.workdir).is_absolute():
+            return self.python
+        return str(PurePosixPath(ENVS, self.digest[:16], "bin", "python"))
 
     @property
     def wheels_dir(self) -> str:
@@ -179,6 +155,27 @@ def stage(spec: EnvSpec, run_dir: Path) -> None:
     for name, path in spec.files:
         shutil.copyfile(path, inputs / name)
     write_launch_wheel(inputs)
+
+
+def failure_text(host: str, spec: EnvSpec, returncode: int, stdout: str, stderr: str) -> tuple[str, str] | None:
+    """The build's failure on ``host`` as (message, fix), from its exit status and output; None when it built
+    or reused the environment."""
+    said = [line.removeprefix(MARK).strip() for line in stdout.splitlines() if line.startswith(MARK)]
+    if returncode == NO_UV or "no-uv" in said:
+        return (f"{host}: {spec.section.uv} is not there (environment.uv)",
+                "install uv there (pip install --user uv, or its standalone installer), or set environment.uv to "
+                "its path")
+    if returncode == 0 and said:
+        return None
+    tail = [line for line in stderr.splitlines() if line.strip()][-15:]
+    package = failed_package("\n".join(tail))
+    fix = (f"add torch to {spec.section.source}, or set environment.inherit: true to see the torch of the "
+           "profile's python" if package == "torch" else
+           "fix the dependency file or the package source (environment.index_url, environment.wheels)")
+    named = f" (package {package})" if package else ""
+    return (f"{host}: building the environment from {spec.section.source} failed{named}; its log there: "
+            f"{spec.folder}.log\n" + "\n".join(f"    {line}" for line in tail),
+            f"{fix}, then submit again: the failed build left nothing behind")
 
 
 def failed_package(log_tail: str) -> str | None:

@@ -210,3 +210,54 @@ def test_each_host_runs_setup_and_node_setup_and_the_head_runs_after(ssh_hosts: 
         assert (ssh_hosts.srv(node) / "node-setup-ran").read_text() == f"{node}\n"
     assert (ssh_hosts.srv("n1") / "after.txt").read_text() == "after on n1\n", "after once, on the head"
     assert not (ssh_hosts.srv("n2") / "after.txt").exists()
+
+
+ENV_SCRIPT = """\
+import sys
+import launch
+import tinydep
+import torch.distributed as dist
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} runs {sys.executable} with {tinydep.SAID}, launch from {launch.__file__}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_an_environment_is_built_on_each_host_from_shipped_wheels_and_reused(ssh_hosts: SshHosts,
+                                                                             tmp_path: Path) -> None:
+    """environment: on ssh hosts whose workdir is each host's own disk (/srv): each builds its own, offline
+    from the shipped wheels, with this machine's launch in it; the next run reuses both."""
+    import shutil
+
+    from launch.core.wheel import write_wheel
+
+    for node in ssh_hosts.names:  # the project folder on each host's own /srv
+        shutil.rmtree(ssh_hosts.srv(node) / "envproj", ignore_errors=True)
+        (ssh_hosts.srv(node) / "envproj").mkdir()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(ENV_SCRIPT)
+    write_wheel(project / "wheels", "tinydep", "1.0", {"tinydep/__init__.py": b"SAID = 'the shipped wheel'\n"})
+    (project / "requirements.txt").write_text("tinydep==1.0\n")
+    extra = (f"environment:\n  from: requirements.txt\n  wheels: wheels\n  inherit: true\n"
+             f"  uv: {shutil.which('uv')}\n")
+    profile = ssh_hosts.profile(tmp_path, extra=extra)
+    profile.write_text(profile.read_text().replace(f"workdir: {ROOT}", "workdir: /srv/envproj"))
+    first = run_cli("submit", "--profile", str(profile), "--script", "train.py", "--run-dir",
+                    str(tmp_path / "one"), cwd=project, timeout=300)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    built = [line for line in first.stdout.splitlines() if line.startswith("environment ")]
+    assert len(built) == 2 and all(" built on " in line for line in built), first.stdout[-2000:]
+    envs = {node: [path for path in (ssh_hosts.srv(node) / "envproj" / ".launch" / "envs").iterdir()
+                   if path.is_dir()] for node in ssh_hosts.names}
+    assert all(len(found) == 1 for found in envs.values()), envs
+    (name,) = {found[0].name for found in envs.values()}
+    logs = "".join((tmp_path / "one" / "logs" / f"rank-{rank}.log").read_text() for rank in range(4))
+    folder = f"/srv/envproj/.launch/envs/{name}"
+    for rank in range(4):
+        assert f"rank {rank} runs {folder}/bin/python with the shipped wheel, launch from {folder}/lib/" in logs, logs
+    second = run_cli("submit", "--profile", str(profile), "--script", "train.py", "--run-dir",
+                     str(tmp_path / "two"), cwd=project, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    reused = [line for line in second.stdout.splitlines() if line.startswith("environment ")]
+    assert len(reused) == 2 and all(" reused on " in line for line in reused), second.stdout[-2000:]

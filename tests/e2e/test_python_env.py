@@ -9,14 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from launch.core import python_env
 from launch.core.profile import EnvironmentSection, Profile
 from launch.core.wheel import launch_version, write_wheel
 
-pytestmark = pytest.mark.skipif(shutil.which("uv") is None or shutil.which("flock") is None,
-                                reason="needs uv (pip install -e '.[test]') and flock (util-linux)")
+UV = shutil.which("uv") or "uv"  # a test dependency (pip install -e '.[test]'); flock is util-linux's
 
 
 def _spec(tmp_path: Path, requirements: str, uv: str, *, inherit: bool = True) -> tuple[python_env.EnvSpec, Path]:
@@ -33,7 +30,7 @@ def _spec(tmp_path: Path, requirements: str, uv: str, *, inherit: bool = True) -
 
 
 def test_two_builds_at_once_make_one_environment_and_a_third_reuses_it(tmp_path: Path) -> None:
-    spec, run_dir = _spec(tmp_path, "tinydep==1.0\n", str(shutil.which("uv")))
+    spec, run_dir = _spec(tmp_path, "tinydep==1.0\n", UV)
     argv = spec.build_argv(str(run_dir))
     racing = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     said = sorted(process.communicate(timeout=300)[0].strip() for process in racing)
@@ -52,7 +49,7 @@ def test_two_builds_at_once_make_one_environment_and_a_third_reuses_it(tmp_path:
 
 
 def test_a_failed_build_names_the_package_and_leaves_no_environment(tmp_path: Path) -> None:
-    spec, run_dir = _spec(tmp_path, "tinydep==1.0\nnosuchpkg>=2\n", str(shutil.which("uv")))
+    spec, run_dir = _spec(tmp_path, "tinydep==1.0\nnosuchpkg>=2\n", UV)
     done = subprocess.run(spec.build_argv(str(run_dir)), capture_output=True, text=True, timeout=300)
     assert done.returncode == python_env.BUILD_FAILED, done.stdout + done.stderr
     assert python_env.failed_package(done.stderr) == "nosuchpkg"
@@ -67,7 +64,7 @@ def test_without_uv_there_the_build_says_so(tmp_path: Path) -> None:
 
 
 def test_an_environment_without_torch_fails_its_build_naming_torch(tmp_path: Path) -> None:
-    spec, run_dir = _spec(tmp_path, "tinydep==1.0\n", str(shutil.which("uv")), inherit=False)
+    spec, run_dir = _spec(tmp_path, "tinydep==1.0\n", UV, inherit=False)
     done = subprocess.run(spec.build_argv(str(run_dir)), capture_output=True, text=True, timeout=300)
     assert done.returncode == python_env.BUILD_FAILED, done.stdout + done.stderr
     assert python_env.failed_package(done.stderr) == "torch", done.stderr

@@ -178,7 +178,7 @@ def test_render_shows_the_environment_build_and_the_job_runs_its_python(tmp_path
     ("extends: slurm-local-2x2\nenvironment:\n  from: requirements.txt\n",
      "environment: is built on the cluster through its login host: add slurm.login"),
     ("extends: local-cpu\nenvironment:\n  from: requirements.txt\n",
-     "environment: is built on a SLURM cluster through its login host (slurm.login); not yet for local profiles"),
+     "environment: is built where the job runs: on a SLURM cluster through its login host (slurm.login), or on ssh hosts; not yet for local profiles"),
     (LOGIN + "environment:\n  from: setup.cfg\n", "environment.from: 'setup.cfg': name a pyproject.toml"),
     (LOGIN + "environment:\n  from: requirements.txt\n  wheels: w\n  index_url: https://pypi.example/simple\n",
      "environment: index_url and wheels are two package sources"),

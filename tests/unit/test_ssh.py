@@ -110,3 +110,23 @@ def test_render_imports_no_torch_for_an_ssh_profile() -> None:
             "print('torch' in sys.modules, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0 and done.stderr.strip().endswith("False"), done.stderr
+
+
+def test_render_shows_each_hosts_environment_build_and_the_nodes_run_its_python(tmp_path: Path) -> None:
+    from launch.core.wheel import write_wheel
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "requirements.txt").write_text("tinydep==1.0\n")
+    write_wheel(tmp_path / "wheels", "tinydep", "1.0", {"tinydep/__init__.py": b""})
+    profile = tmp_path / "p.yaml"
+    profile.write_text("kind: ssh\nnodes: 2\nssh:\n  hosts: [alice@a, alice@b]\n  workdir: proj\n"
+                       "environment:\n  from: requirements.txt\n  wheels: wheels\n")
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    builds = [line for line in text.splitlines() if "bash -c BUILD_SCRIPT launch-env proj/.launch/envs " in line]
+    assert [line.split(" alice@")[1].split()[0] for line in builds] == ["a", "b"]
+    assert all("--offline --no-index --find-links proj/.launch/wheels" in line for line in builds)
+    started = [line for line in text.splitlines() if "-m launch.backends.ssh.host_guard" in line]
+    assert started and all(" .launch/envs/" in line and "/bin/python -m launch.backends.ssh.host_guard" in line
+                           for line in started), "from the project folder, each node runs the environment's python"

@@ -57,23 +57,11 @@ def build(remote: Remote, spec: EnvSpec) -> str:
     started = time.monotonic()
     done = login_host.run(remote.login, shlex.join(spec.build_argv(remote.run_dir)),
                           doing="building the environment", timeout_s=3600)
+    failed = python_env.failure_text(f"login host {host}", spec, done.returncode, done.stdout, done.stderr)
+    if failed is not None:
+        raise SubmitError(*failed)
     said = [line.removeprefix(python_env.MARK).strip() for line in done.stdout.splitlines()
             if line.startswith(python_env.MARK)]
-    if done.returncode == python_env.NO_UV or "no-uv" in said:
-        raise SubmitError(f"login host {host}: {spec.section.uv} is not there (environment.uv)",
-                          "install uv there, or set environment.uv to its path")
-    if done.returncode != 0 or not said:
-        tail = [line for line in done.stderr.splitlines() if line.strip()][-15:]
-        package = python_env.failed_package("\n".join(tail))
-        log = f"{spec.folder}.log"
-        named = f" (package {package})" if package else ""
-        fix = (f"add torch to {spec.section.source}, or set environment.inherit: true to see the torch of the "
-               "profile's python" if package == "torch" else
-               "fix the dependency file or the package source (environment.index_url, environment.wheels)")
-        raise SubmitError(
-            f"login host {host}: building the environment from {spec.section.source} failed{named}; its log "
-            f"there: {log}\n" + "\n".join(f"    {line}" for line in tail),
-            f"{fix}, then submit again: the failed build left nothing behind")
     print(f"environment {spec.digest[:16]} {said[-1]} on {host} in {time.monotonic() - started:.1f} s "
           f"({spec.folder})", flush=True)
     return said[-1]

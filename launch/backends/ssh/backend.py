@@ -18,7 +18,7 @@ from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
 from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
 from launch.backends.ssh.job_spec import SshJob, SshNode, build, job_run_dir
-from launch.core import layout
+from launch.core import layout, python_env
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
@@ -65,11 +65,13 @@ def why_unreachable(node: SshNode, done: subprocess.CompletedProcess[str] | None
             if any(words in line for line in lines):
                 return f"{node.host}: {meaning.format(said=said)}"
         return f"{node.host}: ssh failed ({said})"
-    folder, python = node.command.cwd, node.command.argv[0]
+    folder, python = node.command.cwd, node.python or node.command.argv[0]
     if any("can't cd" in line or "cd:" in line for line in lines):
         return f"{node.host}: the project folder {folder} is not there (ssh.workdir)"
     if done.returncode == 127:
         return f"{node.host}: {python} not found there (ssh.python)"
+    if node.builds:
+        return f"{node.host}: {python} in {folder} does not run ({said}); the environment is built from it"
     return f"{node.host}: {python} in {folder} cannot import launch ({said})"
 
 
@@ -109,6 +111,35 @@ def ship(job: SshJob) -> None:
 
     with ThreadPoolExecutor(max_workers=max(1, min(AT_ONCE, len(pairs)))) as pool:
         list(pool.map(in_order, pairs))
+
+
+def build_environments(job: SshJob, run_dir: Path) -> None:
+    """The profile's environment, its inputs staged here, built on every host at once (each host's steps in
+    order); the first host whose build fails is named, with the package and the log's last lines."""
+    spec = job.environment
+    if spec is None:
+        return
+    python_env.stage(spec, run_dir)
+
+    def on(host: str, steps: tuple[tuple[str, ...], ...]) -> str:
+        started = time.monotonic()
+        *sends, build = steps
+        for step in sends:
+            _step_or_fail(step)
+        done = run_captured(build, SHIP_TIMEOUT_S)
+        if done is None:
+            raise SubmitError(f"{host}: building the environment took over {SHIP_TIMEOUT_S} s")
+        failed = python_env.failure_text(host, spec, done.returncode, done.stdout, done.stderr)
+        if failed is not None:
+            raise SubmitError(*failed)
+        said = [line.removeprefix(python_env.MARK).strip() for line in done.stdout.splitlines()
+                if line.startswith(python_env.MARK)]
+        return f"environment {spec.digest[:16]} {said[-1]} on {host} in {time.monotonic() - started:.1f} s"
+
+    hosts = [node.host for node in job.nodes]
+    with ThreadPoolExecutor(max_workers=max(1, min(AT_ONCE, len(hosts)))) as pool:
+        for line in pool.map(on, hosts, job.environment_argv):
+            print(line, flush=True)
 
 
 def _step_or_fail(argv: tuple[str, ...]) -> None:
@@ -171,7 +202,7 @@ class SshBackend:
     """Hosts reached with ssh, from a host list: one connection each, started together from here."""
 
     name = "ssh"
-    builds_environments = False  # not yet: each host's python has launch
+    builds_environments = True  # on every host, before the job (launch.core.python_env)
     own_hosts = True  # each host has its own project folder, Python and run folder
     snapshots = True  # the code the job runs is shipped to every host at submit
     forwards_secrets = True  # from this environment, over each connection
@@ -207,6 +238,16 @@ class SshBackend:
         out += file_lines(job.host_files, " (on every host)")
         if job.before_argv:
             out += ["", *(f"first, here: {shlex.join(argv)}" for argv in job.before_argv)]
+        if job.environment is not None:
+            spec = job.environment
+            out += ["", f"then the environment ({spec.section.source}; its python {spec.job_python} from the project "
+                    "folder), built on every host once for its hash under a lock, else reused (BUILD_SCRIPT: "
+                    "launch.core.python_env's, as `render` shows it for a login host):"]
+            build = spec.build_argv(job.host_folder)
+            shown = shlex.join((*build[:2], "BUILD_SCRIPT", *build[3:]))
+            for node, steps in zip(job.nodes, job.environment_argv):
+                out += [f"  {node.host}:", *(f"    {shlex.join(step)}" for step in steps[:-1]),
+                        f"    {shlex.join((*steps[-1][:-1], shown))}"]
         out += ["", f"here, started with: {shlex.join(map(str, job.node.argv))} (every connection at once; the "
                     "first failure stops the others)",
                 *(f"then, however it ended: {shlex.join(argv)}" for argv in job.collect_argv),
@@ -219,6 +260,7 @@ class SshBackend:
     def execute(self, plan: LaunchPlan[SshJob], *, detach: bool) -> int:
         job, run_dir = plan.job, Path(plan.run_dir)
         ship(job)
+        build_environments(job, run_dir)
         return local.execute_here(plan, job.node, detach=detach, record=_record(job), stop_grace_s=STOP_GRACE_S,
                                   follow=f"logs {shlex.quote(str(run_dir))} --follow",
                                   logs=f"{run_dir / layout.LOGS} (fetched from {job.host_folder}/logs on every host)",

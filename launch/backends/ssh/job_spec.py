@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
-from pathlib import PurePath, PurePosixPath
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePath, PurePosixPath
 from typing import ClassVar
 
 from launch.backends import remote_shell
 from launch.backends.ssh import commands as ssh
-from launch.core import site_shell
+from launch.core import python_env, site_shell
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.layout import CHECK, LOGS, METRICS, RESULT, STACKS, TENSORBOARD
 from launch.core.plan import (
@@ -26,9 +26,11 @@ from launch.core.plan import (
     plan_files,
 )
 from launch.core.profile import Profile, SshSection
+from launch.core.python_env import EnvSpec
 from launch.core.rendezvous import port_for_run
 from launch.core.secrets import looks_secret
 from launch.core.strategy import NodeContext
+from launch.core.wheel import wheel_name
 from launch.errors import LaunchError
 
 HOST_GUARD = "launch.backends.ssh.host_guard"  # on an ssh host: the node's command, with the secrets read from the connection
@@ -45,6 +47,8 @@ class SshNode:
     ssh_argv: tuple[str, ...]  # ssh to the host with the command line that runs ``command``
     stop_argv: tuple[str, ...]  # ssh to the host: stop every process of the run there
     reach_argv: tuple[str, ...]  # ssh to the host: its project folder and Python are there (before anything)
+    python: str = ""  # the Python the reach command runs (an environment's base, where launch builds one)
+    builds: bool = False  # launch builds the environment there: its Python need not import launch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +63,8 @@ class SshJob:
     secret_names: tuple[str, ...]  # their values go from here over each connection's stdin, never a command line
     files: tuple[PlanFile, ...]  # here: the connections' spec for the fan-out
     before_argv: tuple[tuple[str, ...], ...] = ()  # here first, in order: the snapshot shipped to every host
+    environment: EnvSpec | None = None  # built on every host before the job (the profile's environment:)
+    environment_argv: tuple[tuple[tuple[str, ...], ...], ...] = ()  # per host, in order: its inputs sent, built
     collect_argv: tuple[tuple[str, ...], ...] = ()  # here once the job ended, however: every host's logs, stacks
     after_argv: tuple[tuple[str, ...], ...] = ()  # here once it succeeded: host 0's result and metrics
 
@@ -102,6 +108,11 @@ def build(inputs: PlanInputs) -> LaunchPlan[SshJob]:
     workdir = _host_workdir(profile, section, inputs.workdir)
     host_run_dir = job_run_dir(profile, inputs.run_dir, inputs.workdir)
     host_folder = str(PurePosixPath(workdir, host_run_dir))  # as ssh and scp see it, from the user's home
+    environment = None
+    base_python = inputs.python
+    if profile.environment is not None:  # built on every host (its own disk, or the shared workdir): its python
+        environment = python_env.spec_for(profile, Path(inputs.workdir), base_python=inputs.python, workdir=workdir)
+        inputs = replace(inputs, python=environment.job_python, setup_python=environment.job_python)
     env = plan_env(inputs, host_run_dir)
     secret_names = tuple(dict.fromkeys([*profile.secrets, *(  # launch's own variables hold names, not secrets
         name for name, _ in env if looks_secret(name, profile.secrets) and not name.startswith("LAUNCH_"))]))
@@ -125,10 +136,12 @@ def build(inputs: PlanInputs) -> LaunchPlan[SshJob]:
         nodes.append(SshNode(
             host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
             stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
+            python=base_python, builds=environment is not None,
             reach_argv=ssh.ssh_argv(section, host, remote_shell.reach_command(
-                workdir, tuple(map(str, contained(inputs, (inputs.python,), env, host_run_dir, workdir))), host_run_dir,
+                workdir, tuple(map(str, contained(inputs, (base_python if environment else inputs.python,), env,
+                                                  host_run_dir, workdir))), host_run_dir,
                 setup=site_shell.setup_block(profile, host_run_dir), folders=mounted,
-                env=shown_env if mounted else ()))))
+                env=shown_env if mounted else (), imports="sys" if environment else HOST_GUARD))))
     fetched = (LOGS, *((CHECK,) if inputs.checking else (STACKS,)))
     on_head = () if inputs.checking else (METRICS, TENSORBOARD)  # the main process writes them as it goes
     collect = tuple(ssh.scp_argv(section, host, [f"{host_folder}/{name}" for name in
@@ -143,7 +156,24 @@ def build(inputs: PlanInputs) -> LaunchPlan[SshJob]:
     return make_plan(inputs, env, SshJob(
         node=fan_out, nodes=tuple(nodes), host_files=host_files, host_folder=host_folder, secret_names=secret_names,
         files=(spec,), before_argv=_ship_snapshot(section, hosts, inputs.run_dir, host_folder) if inputs.snapshot
-        else (), collect_argv=collect, after_argv=after))
+        else (), collect_argv=collect, after_argv=after, environment=environment,
+        environment_argv=tuple(_build_environment(section, host, environment, inputs.run_dir, host_folder)
+                               for host in hosts) if environment is not None else ()))
+
+
+def _build_environment(section: SshSection, host: ssh.Host, environment: EnvSpec, run_dir: str,
+                       host_folder: str) -> tuple[tuple[str, ...], ...]:
+    """On one host, in order: the build's inputs (staged in the run folder here) and the wheels sent, then the
+    build (each host its own, under its workdir: its own disk, or one shared build under the lock)."""
+    inputs = f"{host_folder}/{python_env.INPUTS}"
+    staged = [str(PurePath(run_dir, python_env.INPUTS, name)) for name in (*(n for n, _ in environment.files),
+                                                                            wheel_name())]
+    wheels = [str(PurePath(environment.wheels_here, name)) for name in environment.wheels] \
+        if environment.wheels_here else []
+    return (ssh.ssh_argv(section, host, shlex.join(["mkdir", "-p", inputs, environment.wheels_dir])),
+            ssh.scp_argv(section, host, staged, f"{inputs}/", upload=True),
+            *((ssh.scp_argv(section, host, wheels, f"{environment.wheels_dir}/", upload=True),) if wheels else ()),
+            ssh.ssh_argv(section, host, shlex.join(environment.build_argv(host_folder))))
 
 
 def _ship_snapshot(section: SshSection, hosts: list[ssh.Host], run_dir: str,
