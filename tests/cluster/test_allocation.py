@@ -31,6 +31,10 @@ def test_every_allocation_option_reaches_slurm_and_the_ranks(second_pair, tmp_pa
     shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
                            env={**os.environ, **second_pair.env}).stdout
     # MinMemoryNode=0: sbatch's --mem=0, a whole node's memory (the cluster tracks CPUs, not memory, so the
-    # ranks see no SLURM_MEM_PER_NODE); UNLIMITED: debug2's own MaxTime, with no --time of launch's.
-    for field in ("JobName=nightly.run", "TimeLimit=UNLIMITED", "MinMemoryNode=0 "):
+    # ranks see no SLURM_MEM_PER_NODE); no --time of launch's: debug2's own MaxTime, UNLIMITED, which SLURM shows
+    # as a year (365-00:00:00) when its backfill scheduler, not the main one, started the job.
+    for field in ("JobName=nightly.run", "MinMemoryNode=0 "):
         assert field in shown, shown
+    assert "TimeLimit=UNLIMITED" in shown or "TimeLimit=365-00:00:00" in shown, shown
+    scripts = [*run_dir.glob("job.sbatch"), *run_dir.glob("submitit/*.sh")]
+    assert scripts and not any("--time" in path.read_text() for path in scripts), "launch asked for no time limit"
