@@ -157,6 +157,12 @@ def stage(spec: EnvSpec, run_dir: Path) -> None:
     write_launch_wheel(inputs)
 
 
+def outcome(stdout: str) -> str:
+    """What a successful build said: "built" or "reused" (BUILD_SCRIPT's last MARK line)."""
+    said = [line.removeprefix(MARK).strip() for line in stdout.splitlines() if line.startswith(MARK)]
+    return said[-1]
+
+
 def failure_text(host: str, spec: EnvSpec, returncode: int, stdout: str, stderr: str) -> tuple[str, str] | None:
     """The build's failure on ``host`` as (message, fix), from its exit status and output; None when it built
     or reused the environment."""

@@ -60,8 +60,7 @@ def build(remote: Remote, spec: EnvSpec) -> str:
     failed = python_env.failure_text(f"login host {host}", spec, done.returncode, done.stdout, done.stderr)
     if failed is not None:
         raise SubmitError(*failed)
-    said = [line.removeprefix(python_env.MARK).strip() for line in done.stdout.splitlines()
-            if line.startswith(python_env.MARK)]
-    print(f"environment {spec.digest[:16]} {said[-1]} on {host} in {time.monotonic() - started:.1f} s "
+    said = python_env.outcome(done.stdout)
+    print(f"environment {spec.digest[:16]} {said} on {host} in {time.monotonic() - started:.1f} s "
           f"({spec.folder})", flush=True)
-    return said[-1]
+    return said

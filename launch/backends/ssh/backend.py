@@ -132,9 +132,8 @@ def build_environments(job: SshJob, run_dir: Path) -> None:
         failed = python_env.failure_text(host, spec, done.returncode, done.stdout, done.stderr)
         if failed is not None:
             raise SubmitError(*failed)
-        said = [line.removeprefix(python_env.MARK).strip() for line in done.stdout.splitlines()
-                if line.startswith(python_env.MARK)]
-        return f"environment {spec.digest[:16]} {said[-1]} on {host} in {time.monotonic() - started:.1f} s"
+        return (f"environment {spec.digest[:16]} {python_env.outcome(done.stdout)} on {host} in "
+                f"{time.monotonic() - started:.1f} s")
 
     hosts = [node.host for node in job.nodes]
     with ThreadPoolExecutor(max_workers=max(1, min(AT_ONCE, len(hosts)))) as pool:
