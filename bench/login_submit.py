@@ -5,7 +5,8 @@
 
 The test cluster's login host (its own network namespace, sshd and SLURM's clients) in front of the partition
 debug2. A project of ``--megabytes`` MB (a random data file and a small script) is submitted twice per round:
-first into an empty workdir, then after a one-line change to the script. Side by side, the same by hand: rsync of
+first into an empty workdir, then after a one-line change to the script (and a third time, after another
+change, with ``--launcher submitit``: the cluster's Python submits with submitit there). Side by side, the same by hand: rsync of
 the project into a folder there, then ``ssh login 'cd ... && sbatch --parsable job.sbatch'`` (two connections,
 no reuse, as typed). Each job is cancelled once its id is known: the figures are about getting it submitted.
 
@@ -74,12 +75,13 @@ def drop_held_connection() -> None:
                    timeout=30)
 
 
-def launch_submit(project: Path, profile_path: Path) -> tuple[float, int, int]:
+def launch_submit(project: Path, profile_path: Path, launcher: str = "sbatch") -> tuple[float, int, int]:
     """Seconds to the job id, bytes shipped, connections opened."""
     before, started = accepted(), time.monotonic()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "launch", "submit", "--profile", str(profile_path), "--script",
-                           "train.py", "--detach"], cwd=project, capture_output=True, text=True, timeout=600, env=env)
+                           "train.py", "--detach", "--launcher", launcher], cwd=project, capture_output=True,
+                          text=True, timeout=600, env=env)
     took = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"launch submit failed: {done.stderr[-2000:]}")
@@ -201,6 +203,11 @@ def main() -> None:
                 figures.setdefault(f"{who}, after a one-line change", []).append(
                     launch_submit(project, path) if who == "launch" else by_hand(project, f"{cluster}/hand"))
                 cancel_all()
+            with (project / "train.py").open("a") as script:  # the submitit launcher: the cluster's Python submits
+                script.write(f"# another change {round_}\n")
+            figures.setdefault("launch --launcher submitit, after a one-line change", []).append(
+                launch_submit(project, path, "submitit"))
+            cancel_all()
             follow_ups.append(follow_up_connections(project))
         print(f"round {round_ + 1} of {options.rounds} done", flush=True)
     rows = [[name, f"{median([f[0] for f in runs]):.2f}", f"{median([f[1] for f in runs]) / 1024:.0f}",

@@ -92,7 +92,8 @@ def _add_job_command(commands: argparse._SubParsersAction, name: str, text: str)
     command.add_argument("--launcher", choices=LAUNCHERS, default=None,
                          help=f"SLURM profiles: submitit (one task per process, the default) or sbatch (a "
                               f"batch script whose task per node runs torchrun / accelerate launch; the default "
-                              f"through a login host, slurm.login); default {DEFAULT_LAUNCHER}")
+                              f"through a login host, slurm.login, where the cluster's Python runs submitit); "
+                              f"default {DEFAULT_LAUNCHER}")
     command.add_argument("--no-snapshot", action="store_true",
                          help="SLURM and TPU hosts: run the live files, not the copy of your script's project "
                               "that is otherwise taken at submit (the git work tree, or the script's folder)")

@@ -166,7 +166,8 @@ def name_for(profile: Profile, launcher: str | None = None) -> str:
     DEFAULT_LAUNCHER)."""
     if profile.kind == "slurm":
         through_login = profile.slurm is not None and profile.slurm.login is not None
-        return launcher or ("sbatch" if through_login else DEFAULT_LAUNCHER)  # submitit runs here only
+        # through a login host, sbatch unless asked: it needs only launch there, submitit also submitit
+        return launcher or ("sbatch" if through_login else DEFAULT_LAUNCHER)
     if profile.tpu is not None and profile.tpu.via_gcloud:
         return "gcloud"
     if profile.kind == "ssh":

@@ -163,14 +163,20 @@ def outcome(stdout: str) -> str:
     return said[-1]
 
 
+NO_UV_FIX = "install uv there (pip install --user uv, or its standalone installer), or set environment.uv to its path"
+
+
+def no_uv_text(section: EnvironmentSection) -> str:
+    """Where uv is not there: what is missing, for what."""
+    return f"{section.uv} is not there (environment.uv), to build the environment from {section.source}"
+
+
 def failure_text(host: str, spec: EnvSpec, returncode: int, stdout: str, stderr: str) -> tuple[str, str] | None:
     """The build's failure on ``host`` as (message, fix), from its exit status and output; None when it built
     or reused the environment."""
     said = [line.removeprefix(MARK).strip() for line in stdout.splitlines() if line.startswith(MARK)]
     if returncode == NO_UV or "no-uv" in said:
-        return (f"{host}: {spec.section.uv} is not there (environment.uv)",
-                "install uv there (pip install --user uv, or its standalone installer), or set environment.uv to "
-                "its path")
+        return f"{host}: {no_uv_text(spec.section)}", NO_UV_FIX
     if returncode == 0 and said:
         return None
     tail = [line for line in stderr.splitlines() if line.strip()][-15:]

@@ -111,6 +111,28 @@ def test_a_script_runs_from_the_laptop_and_a_second_submit_ships_only_the_change
     assert "rank 3 of 4 now says again" in merged.stdout, merged.stdout[-2000:] + merged.stderr[-2000:]
 
 
+def test_the_submitit_launcher_submits_from_the_laptop_with_the_clusters_python(login_host: LoginHost,
+                                                                               tmp_path: Path) -> None:
+    """submitit runs there: its folder, pickles and sbatch are the cluster's; the laptop keeps the plan's
+    submission and gets the ranks' logs back."""
+    project = _project(tmp_path, RANKS_SCRIPT)
+    profile = login_host.profile(tmp_path)
+    done = _laptop(login_host, "submit", "--profile", str(profile), "--run-dir", "runs/sub", "--launcher",
+                   "submitit", "--script", "train.py", "--", "hi", cwd=project)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "completed" in done.stdout and "rank 0 of 4 says hi" in done.stdout
+    run_dir = project / "runs" / "sub"
+    state = _state(run_dir)
+    assert state["backend"] == "submitit"
+    there = Path(state["remote"]["run_dir"])
+    assert list((there / "submitit").glob(f"{state['job_id']}_submitted.pkl")), "submitit pickled the task there"
+    assert json.loads((run_dir / "submission.json").read_text())["folder"] == str(there / "submitit")
+    logs = "".join((run_dir / "logs" / f"rank-{rank}.log").read_text() for rank in range(4))
+    assert all(f"rank {rank} of 4 says hi" in logs for rank in range(4)), "the ranks' logs came back"
+    status = _laptop(login_host, "status", state["job_id"], cwd=project)
+    assert "finished (exit status 0)" in status.stdout, status.stdout + status.stderr
+
+
 def test_a_running_job_is_followed_its_stacks_taken_and_cancelled_from_the_laptop(login_host: LoginHost,
                                                                                    tmp_path: Path) -> None:
     project = _project(tmp_path, TICKING_SCRIPT)
@@ -373,15 +395,18 @@ if fail and not os.path.exists("fixed"):  # in the cluster's workdir, where the 
 """
 
 
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
 def test_a_sweep_from_the_laptop_is_one_array_there_and_its_failed_point_is_retried(login_host: LoginHost,
-                                                                                    tmp_path: Path) -> None:
+                                                                                    tmp_path: Path,
+                                                                                    launcher: str) -> None:
     """Two points as one job array submitted through the login host (both run folders shipped, the second
-    linking the first's unchanged code); the point that fails is named by status from the laptop, and
-    `sweep retry --failed` runs it again there once the cause is gone."""
+    linking the first's unchanged code; with submitit, one batch submitted by the cluster's Python); the point
+    that fails is named by status from the laptop, and `sweep retry --failed` runs it again there (an array of
+    that one point) once the cause is gone."""
     project = _project(tmp_path, SWEEP_SCRIPT)
     profile = login_host.profile(tmp_path)
     done = _laptop(login_host, "sweep", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/sw",
-                   "--grid", "fail=0,1", cwd=project, timeout=600)
+                   "--grid", "fail=0,1", "--launcher", launcher, cwd=project, timeout=600)
     assert done.returncode == 1 and "1 of 2 point(s) finished" in done.stdout, done.stdout[-3000:] + done.stderr
     assert "job array " in done.stdout and "shipped " in done.stdout
     folder = project / "runs" / "sw"
@@ -399,6 +424,7 @@ def test_a_sweep_from_the_laptop_is_one_array_there_and_its_failed_point_is_retr
     retried = _laptop(login_host, "sweep", "retry", "runs/sw", "--failed", cwd=project, timeout=600)
     assert retried.returncode == 0, retried.stdout[-3000:] + retried.stderr[-3000:]
     assert "retrying point(s) 1 " in retried.stdout
+    assert _state(points[1])["backend"] == launcher
     after = _laptop(login_host, "status", "runs/sw", cwd=project).stdout
     assert sum("finished" in line for line in after.splitlines() if "fail=" in line) == 2, after
 

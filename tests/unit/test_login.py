@@ -78,11 +78,36 @@ def test_a_wrong_login_section_is_one_line_naming_the_file_and_key(tmp_path: Pat
     assert str(profile) in done.stderr and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
-def test_the_submitit_launcher_through_a_login_host_is_refused_in_one_line(tmp_path: Path) -> None:
-    profile = _write(tmp_path, LOGIN)
-    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--launcher", "submitit",
-                   cwd=tmp_path)
-    assert done.returncode == 2 and "slurm.login" in done.stderr and "--launcher sbatch" in done.stderr
+def test_the_submitit_launcher_through_a_login_host_is_submitted_there_from_the_plans_submission(
+        tmp_path: Path) -> None:
+    """The cluster's Python submits the submission written into the run folder: the cluster's folders and Python,
+    every task's call as the plan has it, no secret value; render shows the file and the command."""
+    profile = _write(tmp_path, LOGIN + "python: /opt/venv/bin/python\nsecrets: [HF_TOKEN]\n"
+                     "env: {WANDB_API_KEY: wandb-abc123, MY_FLAG: 'on'}\n")
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/one",
+                   "--launcher", "submitit", "--", "--lr", "0.1", cwd=tmp_path, env={"HF_TOKEN": "hf_secret123"})
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "backend:   submitit" in text and "wandb-abc123" not in text and "hf_secret123" not in text
+    there = "/scratch/alice/mnist/runs/one-"
+    submit = next(line for line in text.splitlines() if line.startswith("  3. "))
+    assert f"/opt/venv/bin/python -m launch.backends.slurm.submission {there}" in submit
+    assert "IFS= read -r HF_TOKEN" in submit and "import submitit" not in submit
+    look = next(line for line in text.splitlines() if line.startswith("  1. "))
+    assert "/opt/venv/bin/python -c" in look and "submitit" in look, "the submitter's launch and submitit looked at"
+
+    from launch.backends.slurm.submission import Submission
+
+    written = text.split("submission.json:\n", 1)[1].split("\n\n", 1)[0]
+    submission = Submission.from_json("\n".join(line.removeprefix("  ") for line in written.splitlines()))
+    assert submission.folder.startswith(there) and submission.folder.endswith("/submitit")
+    assert submission.python == ("/opt/venv/bin/python",) and not submission.batch
+    assert dict(submission.parameters)["job_name"].startswith("login-train-"), "unique to the run, found by name"
+    (task,) = submission.tasks
+    assert task.code.script is not None and task.code.script.startswith(there) and task.code.args == ("--lr", "0.1")
+    assert task.workdir == "/scratch/alice/mnist" and dict(task.env)["MY_FLAG"] == "on"
+    assert "WANDB_API_KEY" not in dict(task.env) and "HF_TOKEN" not in dict(task.env)
+    assert Submission.from_json(submission.to_json()) == submission
 
 
 def test_the_code_digest_here_is_the_one_the_login_hosts_shell_computes(tmp_path: Path) -> None:
@@ -112,6 +137,33 @@ def test_the_first_look_says_so_when_the_login_host_has_no_sbatch(tmp_path: Path
                           text=True, env={**os.environ, "PATH": str(tools)}, timeout=60)
     assert "launch-look:no-sbatch" in done.stdout and done.returncode != 0
     assert (tmp_path / "w" / ".launch").is_dir() and not (tmp_path / "w" / "runs" / "one").exists()
+
+
+def test_the_first_look_tells_the_submitit_launcher_whether_the_clusters_python_has_submitit(
+        tmp_path: Path) -> None:
+    """The look's python check run by bash with two real interpreters: this one (launch and submitit), and a
+    fresh venv with only launch's wheel in it (no submitit)."""
+    from launch.core.wheel import launch_version, write_launch_wheel
+
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not installed (a test dependency: pip install -e '.[test]')")
+    bare = tmp_path / "bare"
+    subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(bare)], check=True, timeout=120)
+    wheel = write_launch_wheel(tmp_path)
+    subprocess.run([uv, "pip", "install", "--quiet", "--offline", "--no-deps", "--python", str(bare / "bin/python"),
+                    str(wheel)], check=True, timeout=120)
+    said = {}
+    for name, python in (("here", sys.executable), ("bare", str(bare / "bin/python"))):
+        remote = Remote(login=Login(section=LoginSection(host="login", workdir=str(tmp_path / "w"))),
+                        run_dir=str(tmp_path / "w" / "runs" / "one"), workdir=str(tmp_path / "w"), python="python3",
+                        job_name="one", submitter=python)
+        done = subprocess.run(["/bin/bash", "-c", shipping.look_command(remote, check_python=True).replace(
+            "command -v sbatch", "true")], capture_output=True, text=True, timeout=60)
+        said[name] = [line for line in done.stdout.splitlines() if "=" in line and "last=" not in line]
+    mine = launch_version()
+    assert said["here"] == [f"launch-look:launch={mine}", "launch-look:submitit=True"]
+    assert said["bare"] == [f"launch-look:launch={mine}", "launch-look:submitit=False"]
 
 
 @pytest.mark.parametrize(("said", "cause"), [
@@ -178,7 +230,10 @@ def test_render_shows_the_environment_build_and_the_job_runs_its_python(tmp_path
     ("extends: slurm-local-2x2\nenvironment:\n  from: requirements.txt\n",
      "environment: is built on the cluster through its login host: add slurm.login"),
     ("extends: local-cpu\nenvironment:\n  from: requirements.txt\n",
-     "environment: is built where the job runs: on a SLURM cluster through its login host (slurm.login), or on ssh hosts; not yet for local profiles"),
+     "environment: is built where the job runs: on a SLURM cluster through its login host (slurm.login), on ssh "
+     "hosts or on TPU hosts through gcloud; not for local profiles run on this machine"),
+    ("extends: tpu-v4-8\nenvironment:\n  from: requirements.txt\n",
+     "not for tpu profiles run on this machine"),
     (LOGIN + "environment:\n  from: setup.cfg\n", "environment.from: 'setup.cfg': name a pyproject.toml"),
     (LOGIN + "environment:\n  from: requirements.txt\n  wheels: w\n  index_url: https://pypi.example/simple\n",
      "environment: index_url and wheels are two package sources"),
@@ -221,3 +276,17 @@ def test_a_sweeps_render_shows_one_array_there_reading_each_points_script_there(
     elements = [line.strip() for line in text.splitlines() if line.strip().startswith(("0) exec", "1) exec"))]
     assert len(elements) == 2 and all("/scratch/alice/mnist/runs/p00" in line for line in elements), elements
     assert f"#SBATCH --output={sweep_there}" in text
+
+
+def test_a_submitit_sweeps_render_shows_one_batch_submitted_there_by_the_clusters_python(tmp_path: Path) -> None:
+    profile = _write(tmp_path, LOGIN)
+    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/sw", "--grid",
+                   "lr=1,2", "--launcher", "submitit", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    sweep_there = "/scratch/alice/mnist/runs/sw-"
+    array = next(line for line in text.splitlines() if line.startswith("  submitted with: ssh"))
+    assert f"python3 -m launch.backends.slurm.submission {sweep_there}" in array and "/submission.json" in array
+    assert array.count("the code arrived changed in") == 2, "both points' code is checked there first"
+    assert f"folder {sweep_there}" in text and "job_name='login-sweep-" in text, "the batch's folder is there"
+    assert "writing submission.json and logs/ there: ssh" in text

@@ -3,14 +3,15 @@ per process)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath, PurePosixPath
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
-from launch.backends.slurm import sbatch_script
+from launch.backends.slurm import sbatch_script, submission
 from launch.backends.slurm.login import Login, remote_run_dir
 from launch.backends.slurm.shipping import Remote
-from launch.backends.slurm.submitit_job import SubmititJob, submitit_job
+from launch.backends.slurm.submitit_job import SubmititJob, submission_of, submitit_job
 from launch.core import python_env
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.plan import (
@@ -31,6 +32,7 @@ from launch.core.strategy import NodeContext
 from launch.errors import LaunchError
 
 ARRAY_SCRIPT = "array.sbatch"  # a sweep's array script, in the sweep folder
+_Job = TypeVar("_Job", "SbatchJob", SubmititJob)
 
 def job_name(profile: Profile, what: str) -> str:
     """SLURM's name for a job (or a sweep's array): the profile's slurm.job_name, else "PROFILE-WHAT"."""
@@ -74,9 +76,16 @@ def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
 def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     """A batch script whose task per node starts the node's launcher (torchrun, accelerate launch); through the
     profile's login host (``slurm.login``), planned for the cluster's folders and Python."""
+    return _through_login(inputs, _build_sbatch)
+
+
+def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[_Job]]) -> LaunchPlan[_Job]:
+    """``build``'s plan; through the profile's login host (``slurm.login``), planned for the cluster's folders,
+    Python and unique job name, its files kept here (copies of those shipped there) and its job's ``remote``
+    saying where it runs."""
     section = inputs.profile.slurm.login if inputs.profile.slurm is not None else None
     if section is None:
-        return _build_sbatch(inputs)
+        return build(inputs)
     profile = inputs.profile
     assert profile.slurm is not None  # noqa: S101 - it has a login
     python = profile.node_python(REMOTE_PYTHON)  # the cluster's, not this machine's
@@ -87,15 +96,18 @@ def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     there = remote_run_dir(section, inputs.run_dir)
     # unique to the run (its remote folder's digest), so that a submit whose answer was lost finds its job by name
     named = profile.slurm.job_name or f"{_job_name(inputs)}-{PurePosixPath(there).name.rsplit('-', 1)[-1]}"
-    planned = _build_sbatch(replace(
-        inputs, profile=replace(profile, slurm=replace(profile.slurm, job_name=named)), run_dir=there,
-        workdir=section.workdir, python=python, setup_python=python if profile.container is None else REMOTE_PYTHON))
+    setup_python = python if profile.container is None else REMOTE_PYTHON
+    planned = build(replace(inputs, profile=replace(profile, slurm=replace(profile.slurm, job_name=named)),
+                            run_dir=there, workdir=section.workdir, python=python, setup_python=setup_python))
     files = tuple(replace(file, path=str(PurePath(inputs.run_dir, PurePosixPath(file.path).relative_to(there))))
                   for file in planned.job.files)
+    # the submitit launcher submits with the cluster's Python, outside any image: the environment's, or python3
+    submitter = None if planned.job.backend != "submitit" else environment.python if environment is not None \
+        else python if profile.container is None else REMOTE_PYTHON
     remote = Remote(login=Login(section=section), run_dir=there, workdir=section.workdir, python=python,
-                    job_name=named, environment=environment)
+                    job_name=named, environment=environment, submitter=submitter)
     return replace(planned, run_dir=inputs.run_dir, profile=inputs.profile,
-                   job=replace(planned.job, files=files, remote=remote))
+                   job=replace(planned.job, files=files, remote=remote))  # type: ignore[type-var]
 
 
 def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
@@ -109,18 +121,23 @@ def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
 
 
 def build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
-    """A submitit job: one task per process, each running the code in a child process."""
-    if inputs.profile.slurm is not None and inputs.profile.slurm.login is not None:
-        raise LaunchError(f"{inputs.profile.source}: slurm.login: a job through the login host is submitted with "
-                          "--launcher sbatch (the default there); submitit runs where SLURM's commands are")
+    """A submitit job: one task per process, each running the code in a child process; through the profile's
+    login host, submitted by the cluster's Python from the submission written into the run folder."""
     if inputs.accelerate_config is not None:  # its tasks run the code itself, without `accelerate launch`
         raise LaunchError(f"--accelerate-config {inputs.accelerate_config.path}: `accelerate launch` reads it, which "
                           "the submitit launcher does not run (one task per process)",
                           "use --launcher sbatch: one task per node starts `accelerate launch` with your file")
+    return _through_login(inputs, _build_submitit)
+
+
+def _build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
     env = plan_env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
-    return make_plan(inputs, env, submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir,
-                                           code=inputs.code, env=env, workdir=inputs.workdir,
-                                           python=inputs.python, setup_python=inputs.setup_python))
+    job = submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir, code=inputs.code, env=env,
+                       workdir=inputs.workdir, python=inputs.python, setup_python=inputs.setup_python)
+    if inputs.profile.slurm is not None and inputs.profile.slurm.login is not None:  # submitted there, from a file
+        job = replace(job, files=(PlanFile(path=str(PurePath(inputs.run_dir, submission.FILE)),
+                                           text=submission_of(job, inputs.profile).to_json()),))
+    return make_plan(inputs, env, job)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from launch.backends.slurm import login as login_host
 from launch.backends.slurm.login import Login
 from launch.backends.slurm.sbatch_answer import sbatch_job_id
+from launch.backends.slurm.submission import CANNOT_SUBMIT
 from launch.core import python_env
 from launch.core.machine import DISTRIBUTION
 from launch.core.profile import Profile
@@ -53,6 +54,7 @@ class Remote:
     python: str  # the cluster's interpreter (launch's version checked in it), or the environment's
     job_name: str  # unique to the run: a submit whose answer was lost finds its job by it
     environment: python_env.EnvSpec | None = None  # built there before sbatch (the profile's environment:)
+    submitter: str | None = None  # the submitit launcher: the Python that submits there (has launch and submitit)
 
     def link_target(self, run_dir: str | None = None) -> str:
         """``LAST_RUN``'s target once ``run_dir`` (this run's folder) is shipped: relative to the link where the
@@ -70,13 +72,17 @@ class Look:
     has_rsync: bool
     has_uv: bool  # the environment's uv (environment.uv) is there
     launch_version: str | None  # of the cluster's Python; None when it has no launch
+    has_submitit: bool = False  # the submitter (Remote.submitter) imports submitit
     last_run: str | None  # the run folder shipped last (absolute), if any
 
 
 def look_command(remote: Remote, *, check_python: bool) -> str:
-    """The first command: the folders made; whether sbatch and rsync are there; the cluster Python's launch."""
-    version = shlex.join([remote.python, "-c", "import importlib.metadata as m; "
-                          f"print(m.version({DISTRIBUTION!r}))"])
+    """The first command: the folders made; whether sbatch and rsync are there; the launch of the cluster's
+    Python (of the submitter's, with whether it has submitit, for the submitit launcher)."""
+    program = f'import importlib.metadata as m; print("launch=" + m.version("{DISTRIBUTION}"))'
+    if remote.submitter is not None:
+        program += '; import importlib.util as u; print("submitit=" + str(u.find_spec("submitit") is not None))'
+    version = shlex.join([remote.submitter or remote.python, "-c", program])
     steps = [shlex.join(["mkdir", "-p", str(PurePosixPath(remote.run_dir).parent),
                          str(PurePosixPath(remote.workdir, ".launch"))]),
              f"{{ command -v sbatch >/dev/null || {{ echo {_MARK}no-sbatch; exit {_SUBMIT_FAILED}; }}; }}",
@@ -86,7 +92,7 @@ def look_command(remote: Remote, *, check_python: bool) -> str:
              f"{{ readlink -e {shlex.quote(str(PurePosixPath(remote.workdir, LAST_RUN)))} | sed 's/^/{_MARK}last=/'; "
              "true; }"]
     if check_python:
-        steps.append(f"{{ {version} 2>/dev/null | sed 's/^/{_MARK}launch=/'; true; }}")
+        steps.append(f"{{ {version} 2>/dev/null | sed 's/^/{_MARK}/'; true; }}")
     return " && ".join(steps)
 
 
@@ -101,29 +107,35 @@ def look(remote: Remote, *, check_python: bool) -> Look:
         raise SubmitError(f"login host {remote.login.host}: cannot make the run folder's parent there: "
                           f"{_last_line(done.stderr)}")
     values = dict(line.split("=", 1) for line in said if "=" in line)
-    return Look(has_rsync="rsync" in said, has_uv="uv" in said, launch_version=values.get("launch"), last_run=values.get("last"))
+    return Look(has_rsync="rsync" in said, has_uv="uv" in said, launch_version=values.get("launch"),
+                last_run=values.get("last"), has_submitit=values.get("submitit") == "True")
 
 
 def check_cluster(remote: Remote, profile: Profile) -> Look:
-    """Before anything is made: the login host answers, has sbatch, and (without a container, whose image has
-    its own) the cluster's Python has this machine's launch."""
+    """Before anything is made: the login host answers, has sbatch, and the cluster's Python has this machine's
+    launch: the nodes' (without a container, whose image has its own), and the submitit launcher's submitter.
+    An environment built there (``environment:``) has them by construction: only its uv is looked for."""
     built = remote.environment
-    seen = look(remote, check_python=profile.container is None and built is None)
+    python = None if built is not None else remote.submitter or (remote.python if profile.container is None else None)
+    seen = look(remote, check_python=python is not None)
     if built is not None and not seen.has_uv:
-        raise SubmitError(f"login host {remote.login.host}: {built.section.uv} is not there (environment.uv), to "
-                          f"build the environment from {built.section.source}",
-                          "install uv there (pip install --user uv, or its standalone installer), or set "
-                          "environment.uv to its path")
-    if profile.container is None and built is None:
-        mine = launch_version()
-        if seen.launch_version is None:
-            raise SubmitError(f"login host {remote.login.host}: {remote.python} there cannot import launch",
-                              f"install it there (pip install {DISTRIBUTION}=={mine}), or name a Python that has it "
-                              f"in the profile's python")
-        if seen.launch_version != mine:
-            raise SubmitError(f"login host {remote.login.host}: {remote.python} there has launch "
-                              f"{seen.launch_version}, this machine has {mine}",
-                              f"install the same there (pip install {DISTRIBUTION}=={mine})")
+        raise SubmitError(f"login host {remote.login.host}: {python_env.no_uv_text(built.section)}",
+                          python_env.NO_UV_FIX)
+    if python is None:
+        return seen
+    mine = launch_version()
+    if seen.launch_version is None:
+        raise SubmitError(f"login host {remote.login.host}: {python} there cannot import launch",
+                          f"install it there (pip install {DISTRIBUTION}=={mine}), or name a Python that has it "
+                          f"in the profile's python")
+    if seen.launch_version != mine:
+        raise SubmitError(f"login host {remote.login.host}: {python} there has launch "
+                          f"{seen.launch_version}, this machine has {mine}",
+                          f"install the same there (pip install {DISTRIBUTION}=={mine})")
+    if remote.submitter is not None and not seen.has_submitit:
+        raise SubmitError(f"login host {remote.login.host}: {python} there cannot import submitit (the submitit "
+                          "launcher submits with it there)",
+                          "install it there (pip install submitit), or use --launcher sbatch")
     return seen
 
 
@@ -249,6 +261,10 @@ def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None
         if found is None:
             raise
         return found
+    if done.returncode == CANNOT_SUBMIT:  # the submitit launcher's submitter there could not run submitit
+        raise SubmitError(f"login host {remote.login.host}: {_last_line(done.stderr).removeprefix('launch: ')}",
+                          "install submitit in the cluster's Python (environment: add it to the dependency file), or "
+                          "use --launcher sbatch")
     if done.returncode == _CHANGED:
         raise SubmitError(f"login host {remote.login.host}: {_last_line(done.stderr).removeprefix('launch: ')} "
                           f"(the digest of its {CODE}/ differs from the snapshot's)", "submit again")
@@ -291,10 +307,15 @@ def put_files(remote: Remote, folder: str, files: dict[str, str], *, folders: tu
             entry = tarfile.TarInfo(name)
             entry.size, entry.mode = len(data), 0o755
             tar.addfile(entry, io.BytesIO(data))
-    done = login_host.run(remote.login, f"mkdir -p {shlex.quote(folder)} && cd {shlex.quote(folder)} && tar -xf -",
-                          doing="writing the sweep's files", stdin=packed.getvalue())
+    done = login_host.run(remote.login, put_files_command(folder), doing="writing the sweep's files",
+                          stdin=packed.getvalue())
     if done.returncode != 0:
         raise login_host.failure(remote.login, done.stderr, "writing the sweep's files")
+
+
+def put_files_command(folder: str) -> str:
+    """``put_files``'s command there: the tar on stdin unpacked into ``folder``."""
+    return f"mkdir -p {shlex.quote(folder)} && cd {shlex.quote(folder)} && tar -xf -"
 
 
 def fetch_argv(remote: Remote, run_dir: str) -> tuple[str, ...]:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import shlex
+import signal
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from launch.backends.slurm.options import submitit_allocation
 from launch.backends.slurm.sbatch_script import env_exports, node_setup_step
+from launch.backends.slurm.shipping import Remote
+from launch.backends.slurm.submission import Submission
 from launch.core import containers, site_shell
 from launch.core.commands import PlanFile
 from launch.core.entrypoint import Target
 from launch.core.profile import Profile
 from launch.core.rendezvous import PORT_BASE, PORT_SPAN
+from launch.core.secrets import looks_secret
+
+if TYPE_CHECKING:
+    from launch.backends.slurm.task_bootstrap import Bootstrap
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +38,8 @@ class SubmititJob:
     env_in_script: bool = False  # the batch script exports ``env`` before the profile's setup; the tasks inherit it
     requeue_signal: str = "USR2"
     max_num_timeout: int = 0  # submitit's requeues after a time limit
-    files: tuple[PlanFile, ...] = ()
+    files: tuple[PlanFile, ...] = ()  # through the login host: the submission, submitted there from its file
+    remote: Remote | None = None  # submitted through the cluster's login host (slurm.login); None: here
 
     def derivation(self) -> tuple[tuple[str, str], ...]:
         """How each task sets torch's variables, for people reading the plan."""
@@ -96,3 +104,21 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
 def _keeping_status(lines: list[str]) -> list[str]:
     """Teardown lines that leave the batch script's exit status the tasks' (srun's), as without them."""
     return ["launch_status=$?", *lines, 'exit "$launch_status"'] if lines else []
+
+
+def submission_of(job: SubmititJob, profile: Profile) -> Submission:
+    """What submitit is handed for ``job``: one task, whose pickled call has none of the secrets."""
+    return Submission(folder=job.folder, python=job.python, max_num_timeout=job.max_num_timeout,
+                      parameters=job.parameters, tasks=(task_of(job, profile),))
+
+
+def task_of(job: SubmititJob, profile: Profile) -> Bootstrap:
+    """The call each task of ``job`` runs, as pickled to disk: without the secrets (sbatch hands those to the
+    job from its environment)."""
+    from launch.backends.slurm.task_bootstrap import Bootstrap
+
+    public = tuple((name, value) for name, value in job.env if not looks_secret(name, profile.secrets))
+    # With the profile's shell the batch script exports the variables and leaves the tasks where setup cd'd
+    return Bootstrap(code=job.code, env=() if job.env_in_script else public,
+                     workdir=None if job.env_in_script else job.workdir, port=job.port,
+                     requeue_signal=signal.Signals[f"SIG{job.requeue_signal}"])

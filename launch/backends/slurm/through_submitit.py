@@ -5,44 +5,33 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import PurePath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from launch.backends.slurm import submission, through_login
 from launch.backends.slurm.backend import (
     SlurmBackend,
     SlurmLauncher,
     secrets,
 )
+from launch.backends.slurm.cluster import Cluster
 from launch.backends.slurm.job_spec import ArrayJob, build_submitit, job_name
 from launch.backends.slurm.sbatch_answer import sbatch_reason
-from launch.backends.slurm.submitit_job import SubmititJob
+from launch.backends.slurm.shipping import Remote
+from launch.backends.slurm.submitit_job import SubmititJob, submission_of, task_of
 from launch.core.plan import LaunchPlan
-from launch.core.plan_text import env_lines
-from launch.core.secrets import looks_secret
+from launch.core.plan_text import env_lines, file_lines
 from launch.errors import SubmitError
 
 if TYPE_CHECKING:
     from launch.backends import ArraySweep, Backend
-    from launch.backends.slurm.task_bootstrap import Bootstrap
 
 ARRAY_FOLDER = "submitit"  # submitit's folder for the whole array, in the sweep folder
-
-
-def _bootstrap(plan: LaunchPlan[SubmititJob]) -> Bootstrap:
-    """What each task of the plan's job runs, as pickled to disk: without the secrets."""
-    from launch.backends.slurm.task_bootstrap import Bootstrap
-
-    spec = plan.job
-    public = tuple((name, value) for name, value in spec.env if not looks_secret(name, plan.profile.secrets))
-    # With the profile's shell the batch script exports the variables and leaves the tasks where setup cd'd
-    return Bootstrap(code=spec.code, env=() if spec.env_in_script else public,
-                     workdir=None if spec.env_in_script else spec.workdir, port=spec.port,
-                     requeue_signal=signal.Signals[f"SIG{spec.requeue_signal}"])
+SUBMIT_THERE = "launch.backends.slurm.submission"  # what the cluster's Python runs, through the login host
 
 
 @contextmanager
@@ -79,31 +68,36 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _submit(plan: LaunchPlan[SubmititJob]) -> str:
-    import submitit
-
-    spec = plan.job
-    executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_num_timeout,
-                                      python=shlex.join(spec.python))
-    executor.update_parameters(**dict(spec.parameters))
-    task = _bootstrap(plan)
+    job = plan.job
+    if job.remote is not None:  # the run folder (with its submission) shipped, submitted by the cluster's Python
+        return through_login.ship_and_submit(job.remote, [plan], _submit_argv(job.remote, job.remote.run_dir))
     with _submitting(plan):
-        return str(executor.submit(task).job_id)
+        return submission.submit(submission_of(job, plan.profile))[0]
+
+
+def _submit_argv(remote: Remote, folder: str) -> tuple[str, ...]:
+    """The cluster's Python submitting the submission in ``folder`` there."""
+    return (remote.submitter or remote.python, "-m", SUBMIT_THERE, str(PurePosixPath(folder, submission.FILE)))
 
 
 def _submit_array(sweep: ArraySweep[SubmititJob, ArrayJob], indices: tuple[int, ...]) -> dict[int, str]:
-    """The points ``indices`` as one job array (submitit's batch); each point's element id."""
-    import submitit
-
+    """The points ``indices`` as one job array (submitit's batch); each point's element id. Through the login
+    host: those points' run folders shipped, the batch's submission written into the sweep's folder there and
+    submitted by the cluster's Python."""
     first = sweep.plans[indices[0]]
-    spec = first.job
-    executor = submitit.SlurmExecutor(folder=sweep.array.folder, max_num_timeout=spec.max_num_timeout,
-                                      python=shlex.join(spec.python))
-    executor.update_parameters(**dict(sweep.array.parameters))
-    tasks = [_bootstrap(sweep.plans[index]) for index in indices]
-    with _submitting(first):
-        with executor.batch():
-            jobs = [executor.submit(task) for task in tasks]
-    return {index: str(job.job_id) for index, job in zip(indices, jobs, strict=True)}
+    batch = replace(submission_of(first.job, first.profile), folder=sweep.array.folder,
+                    parameters=sweep.array.parameters, batch=True,
+                    tasks=tuple(task_of(sweep.plans[index].job, first.profile) for index in indices))
+    remote = sweep.array.remote
+    if remote is not None:
+        array_id = through_login.ship_and_submit(remote, [sweep.plans[index] for index in indices],
+                                                 _submit_argv(remote, remote.run_dir),
+                                                 files={submission.FILE: batch.to_json()})
+        ids = submission.batch_ids(array_id, len(indices))
+    else:
+        with _submitting(first):
+            ids = submission.submit(batch)
+    return dict(zip(indices, ids, strict=True))
 
 
 def _render(plan: LaunchPlan[SubmititJob]) -> list[str]:
@@ -128,7 +122,10 @@ def _render(plan: LaunchPlan[SubmititJob]) -> list[str]:
     out += [f"  then runs, in {where}, in a child process it supervises, as `python` would:",
             f"    python {shlex.join(replace(job.code, path=None).argv())}"
             + (f"  (importing from {job.code.path})" if job.code.path else "")]
-    return out
+    if job.remote is None:
+        return out
+    return [*out, *file_lines(job.files), "", *through_login.render_lines(plan, _submit_argv(job.remote,
+                                                                                            job.remote.run_dir))]
 
 
 def _script_lines(job: SubmititJob, key: str, where: str) -> list[str]:
@@ -139,19 +136,29 @@ def _script_lines(job: SubmititJob, key: str, where: str) -> list[str]:
 
 
 def _render_array(sweep: ArraySweep[SubmititJob, ArrayJob]) -> list[str]:
-    return [f"one job array of {len(sweep.plans)} elements, at most {sweep.max_parallel} running at once (submitit's "
-            f"batch); element K runs point K's plan (below: point 0's); folder {sweep.array.folder}",
-            "  executor parameters: " + ", ".join(f"{key}={value!r}" for key, value in sweep.array.parameters)]
+    lines = [f"one job array of {len(sweep.plans)} elements, at most {sweep.max_parallel} running at once (submitit's "
+             f"batch); element K runs point K's plan (below: point 0's); folder {sweep.array.folder}",
+             "  executor parameters: " + ", ".join(f"{key}={value!r}" for key, value in sweep.array.parameters)]
+    remote = sweep.array.remote
+    if remote is None:
+        return lines
+    return [*lines, *through_login.array_lines(remote, sweep.plans, _submit_argv(remote, remote.run_dir),
+                                               written=(submission.FILE, "logs/"))]
 
 
 def _array(plans: Sequence[LaunchPlan[SubmititJob]], folder: str, parallel: int) -> ArrayJob:
+    """submitit's folder for the whole array in the sweep folder; through the login host, the sweep's folder
+    there, where the cluster's Python submits the batch."""
     job = plans[0].job
+    remote = through_login.array_remote(plans, folder)
     parameters = dict(job.parameters)
-    parameters["job_name"] = job_name(plans[0].profile, "sweep")
+    parameters["job_name"] = remote.job_name if remote is not None else job_name(plans[0].profile, "sweep")
     parameters["array_parallelism"] = parallel
-    return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePath(folder, ARRAY_FOLDER)))
+    there = remote.run_dir if remote is not None else folder
+    return ArrayJob(parameters=tuple(parameters.items()), folder=str(PurePosixPath(there, ARRAY_FOLDER)),
+                    remote=remote)
 
 
 BACKEND: Backend[SubmititJob] = SlurmBackend("submitit", SlurmLauncher(
     build=build_submitit, submit=_submit, render=_render, array=_array, submit_array=_submit_array,
-    render_array=_render_array))
+    render_array=_render_array, where=lambda plan: Cluster(plan.job.remote)))
