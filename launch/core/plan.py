@@ -145,8 +145,9 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
                           backend.continue_hint)
     if profile.environment is not None and not backend.builds_environments:
         raise LaunchError(f"{profile.source}: environment: is built where the job runs: on a SLURM cluster through "
-                          f"its login host (slurm.login), or on ssh hosts; not yet for {profile.kind} profiles",
-                          "name a python there that has launch and torch, and drop environment:")
+                          f"its login host (slurm.login), on ssh hosts or on TPU hosts through gcloud; not for "
+                          f"{profile.kind} profiles run on this machine",
+                          "install the packages into the python here, and drop environment:")
     bundled = code is None
     here_python = python
     python = profile.node_python(REMOTE_PYTHON if backend.own_hosts else python)

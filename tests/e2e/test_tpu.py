@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from launch.backends import load_profile
 from launch.backends.remote_shell import host_run_dir
 from launch.core.entrypoint import Target
+from launch.core.machine import DISTRIBUTION
 from launch.core.snapshot import Snapshot
 from launch.planning import build_plan
 from tests.helpers import ROOT, free_port, run_cli, wait_for_run
@@ -30,8 +32,8 @@ from tests.tpu_plans import tpu_plan
 WORKERS = 4
 
 GCLOUD = '''#!/usr/bin/env python3
-"""STAND-IN for gcloud (Google Cloud is unreachable from the tests): records argv; `tpu-vm ssh --worker=all
---command CMD` runs CMD under bash once per host folder; `tpu-vm scp [--recurse] SOURCE... DESTINATION
+"""STAND-IN for gcloud (Google Cloud is unreachable from the tests): records argv; `tpu-vm ssh --worker=all|N
+--command CMD` runs CMD under bash once per host folder (or in worker N's); `tpu-vm scp [--recurse] SOURCE... DESTINATION
 --worker=N|all` copies between here and the chosen hosts' folders."""
 import json, os, shutil, subprocess, sys
 argv = sys.argv[1:]
@@ -44,9 +46,11 @@ if argv[:4] == ["compute", "tpus", "tpu-vm", "ssh"]:
         os.makedirs(host, exist_ok=True)
     # each host as a TPU VM describes itself to torch_xla (here through its variables, not the metadata server)
     tpu_vm = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": ",".join(["127.0.0.1"] * len(hosts))}
-    workers = [subprocess.Popen(["bash", "-c", command], cwd=host,
-                                env={**os.environ, **tpu_vm, "TPU_WORKER_ID": str(number), "HOME": host})
-               for number, host in enumerate(hosts)]
+    worker = next(arg for arg in argv if arg.startswith("--worker=")).split("=")[1]
+    chosen = range(len(hosts)) if worker == "all" else [int(worker)]
+    workers = [subprocess.Popen(["bash", "-c", command], cwd=hosts[number],
+                                env={**os.environ, **tpu_vm, "TPU_WORKER_ID": str(number), "HOME": hosts[number]})
+               for number in chosen]
     sys.exit(max(worker.wait() for worker in workers))
 if argv[:4] == ["compute", "tpus", "tpu-vm", "scp"]:
     failed = False
@@ -272,27 +276,37 @@ def test_xla_without_torch_xla_is_a_clear_error(tmp_path: Path) -> None:
     assert direct.returncode != 0 and "device xla needs torch_xla" in direct.stderr
 
 
-def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_differs(
-        tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
-    """`check` through gcloud: the real probe on every (stand-in) host, one process each, reaching worker 0 at
-    the xla:// rendezvous port and timing its link, on the snapshot the job would run; the reports fetched
-    back from every host. The hosts' own checkouts differ: the check passes on the shipped copy, and with
-    --no-snapshot (each host runs its checkout) the verdict names worker 1."""
+def _probed_pod(tmp_path: Path, write_profile, name: str,  # type: ignore[no-untyped-def]
+                extra: str = "") -> tuple[Path, dict[str, str], Path]:
+    """A pod of two (stand-in) hosts whose python is this one, on PJRT's CPU device, for `check`: its profile
+    (``extra``: more top-level YAML), the environment that puts the stand-in gcloud on PATH, and a project
+    folder with a train.py to submit from."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "gcloud").write_text(GCLOUD)
     (bin_dir / "gcloud").chmod(0o755)
     port = free_port()
     profile = write_profile(f"extends: tpu-v4-32\nnodes: 2\nenv:\n  PJRT_DEVICE: CPU\nrendezvous:\n  port: {port}\n"
-                            f"tpu:\n  workers: 2\n  python: {sys.executable}\n  workdir: project\n", name="pod2.yaml")
+                            f"tpu:\n  workers: 2\n  python: {sys.executable}\n  workdir: project\n{extra}", name=name)
     for worker in range(2):
         (tmp_path / "hosts" / f"worker-{worker}" / "project").mkdir(parents=True)
-        (tmp_path / "hosts" / f"worker-{worker}" / "project" / "train.py").write_text(f"print('v{worker}')\n")
     project = tmp_path / "mine"
     project.mkdir()
     (project / "train.py").write_text("print('here')\n")
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GCLOUD_RECORD": str(tmp_path / "gcloud.jsonl"),
            "TPU_HOSTS": str(tmp_path / "hosts"), "TPU_WORKERS": "2"}
+    return profile, env, project
+
+
+def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_differs(
+        tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """`check` through gcloud: the real probe on every (stand-in) host, one process each, reaching worker 0 at
+    the xla:// rendezvous port and timing its link, on the snapshot the job would run; the reports fetched
+    back from every host. The hosts' own checkouts differ: the check passes on the shipped copy, and with
+    --no-snapshot (each host runs its checkout) the verdict names worker 1."""
+    profile, env, project = _probed_pod(tmp_path, write_profile, "pod2.yaml")
+    for worker in range(2):
+        (tmp_path / "hosts" / f"worker-{worker}" / "project" / "train.py").write_text(f"print('v{worker}')\n")
 
     def check(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
         return run_cli("check", "--profile", str(profile), "--script", "train.py", "--run-dir",
@@ -315,6 +329,63 @@ def test_check_on_a_pod_runs_the_probe_on_every_host_and_names_the_one_that_diff
     verdict = failed.stderr.strip().splitlines()[-1]
     assert "the code (digest of its entry file) differs between nodes" in verdict, failed.stderr
     assert "worker-1" in verdict and "worker-0" in verdict, verdict
+
+
+def test_an_environment_is_built_on_every_tpu_host_from_shipped_wheels_and_reused(
+        tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """environment: on a pod, through the stand-in gcloud (each host its own folder): the inputs and wheels sent
+    to every host, the real build (bash, flock, uv) on each worker, offline; `check` then runs the environment's
+    python on every host, with this machine's launch; a second check reuses both. render shows those steps."""
+    import shutil
+
+    from launch.core.wheel import write_wheel
+
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not installed (a test dependency: pip install -e '.[test]')")
+    profile, env, project = _probed_pod(tmp_path, write_profile, "pod-env.yaml", extra=(
+        f"environment:\n  from: requirements.txt\n  wheels: wheels\n  inherit: true\n  uv: {uv}\n"))
+    write_wheel(project / "wheels", "tinydep", "1.0", {"tinydep/__init__.py": b"SAID = 'the shipped wheel'\n"})
+    (project / "requirements.txt").write_text("tinydep==1.0\n")
+
+    def check(name: str) -> subprocess.CompletedProcess[str]:
+        return run_cli("check", "--profile", str(profile), "--script", "train.py", "--run-dir",
+                       str(tmp_path / name), cwd=project, env=env, timeout=300)
+
+    rendered = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir",
+                       str(tmp_path / "first"), cwd=project, env=env)
+    assert rendered.returncode == 0, rendered.stderr
+    first = check("first")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    rows = [line for line in first.stdout.splitlines() if line.startswith(("0 ", "1 "))]
+    assert len(rows) == 2, first.stdout
+    digest = rows[0].split("/.launch/envs/")[1].split("/")[0]
+    built = {}
+    for worker, row in enumerate(rows):  # the check ran the environment's python on each host, with our launch
+        envs = tmp_path / "hosts" / f"worker-{worker}" / "project" / ".launch" / "envs"
+        assert f"{envs}/{digest}/bin/python" in row and version(DISTRIBUTION) in row, row
+        assert [path.name for path in envs.iterdir() if path.is_dir()] == [digest], "each host built its own"
+        built[worker] = ((envs / digest).stat().st_ino, (envs / f"{digest}.log").stat().st_mtime_ns)
+        shipped = envs.parent / "wheels" / "tinydep-1.0-py3-none-any.whl"
+        assert shipped.is_file(), "the wheel folder went to every host"
+        ran = subprocess.run([str(envs / digest / "bin" / "python"), "-c", "import tinydep; print(tinydep.SAID)"],
+                             capture_output=True, text=True, timeout=120)
+        assert ran.stdout.strip() == "the shipped wheel", ran.stderr
+
+    calls = [["gcloud", *call] for call in _gcloud_calls(tmp_path)]
+    steps = [shlex.split(line.removeprefix("first, here: ")) for line in rendered.stdout.splitlines()
+             if line.startswith("first, here: ")]
+    assert steps[0][:2] == ["tar", "-cf"] and calls[:len(steps) - 1] == steps[1:], "render shows what runs"
+    builds = [call for call in calls if "--worker=0" in call or "--worker=1" in call]
+    assert [call[call.index("--command") + 1].split()[:2] for call in builds if "--command" in call] == \
+        [["bash", "-c"]] * 2, "one build on each worker"
+
+    second = check("second")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    for worker in range(2):  # the same folder, and no build since (the build's log is written by a build only)
+        envs = tmp_path / "hosts" / f"worker-{worker}" / "project" / ".launch" / "envs"
+        assert ((envs / digest).stat().st_ino, (envs / f"{digest}.log").stat().st_mtime_ns) == built[worker]
+        assert f"{envs}/{digest}/bin/python" in second.stdout
 
 
 HOST_WORKER = """#!{python}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launch import backends
-from launch.backends import Backend, JobArrays, State, remote_shell
+from launch.backends import Backend, JobArrays, State, host_steps, remote_shell
 from launch.backends.gcloud.job_spec import GcloudJob, build
 from launch.backends.local import backend as local
 from launch.core import layout
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from launch.core.strategy import NodeWiring
 
 STOP_TIMEOUT_S = 300
-SHIP_TIMEOUT_S = 1800  # the snapshot onto every host (up to snapshot.LIMIT_BYTES)
 
 
 def preflight() -> None:
@@ -85,18 +84,6 @@ def print_rank_log(state: dict[str, object], rank: int) -> None:
         raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
 
 
-def _run_here(argv: tuple[str, ...]) -> None:
-    """A step before the job; its failure stops the submit, naming the step."""
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=SHIP_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SubmitError(f"{shlex.join(argv[:6])} ...: failed ({error})") from None
-    if done.returncode:
-        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        raise SubmitError(f"{shlex.join(argv[:6])} ...: failed (exit status {done.returncode}"
-                          + (f": {said[-1][:300]})" if said else ")"))
-
-
 def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:
     """The rank that failed first, from the rank records fetched back from the hosts; else what gcloud said."""
     if outcome.hang_folders(run_dir) or outcome.first_failure(run_dir) is not None:
@@ -122,7 +109,7 @@ class GcloudBackend:
 
     name = "gcloud"
     own_hosts = True
-    builds_environments = False  # not yet: each host's python has launch
+    builds_environments = True  # on every host, before the job (launch.core.python_env)
     forwards_secrets = False
     snapshots = True
     restarts_workers = False
@@ -142,7 +129,15 @@ class GcloudBackend:
 
     def render(self, plan: LaunchPlan[GcloudJob]) -> list[str]:
         job = plan.job
-        first = [f"first, here: {shlex.join(argv)}" for argv in job.before_argv]
+        first = [f"first, here: {shlex.join(argv)}" for argv in (*job.before_argv, *job.environment_argv)]
+        if job.environment is not None:
+            spec = job.environment
+            build = spec.build_argv(job.host_folder)
+            shown = shlex.join((*build[:2], "BUILD_SCRIPT", *build[3:]))
+            first += [f"then the environment ({spec.section.source}; its python {spec.job_python} from the project "
+                      "folder), built on every host at once, once for its hash under a lock, else reused "
+                      "(BUILD_SCRIPT: launch.core.python_env's, as `render` shows it for a login host):",
+                      *(f"  {shlex.join((*argv[:-1], shown))}" for argv in job.build_argv)]
         return [f"on hosts:  {job.host_run_dir} in {job.node.cwd} on every TPU host (rank logs, checkpoints, "
                 "result); here: the plan and the gcloud output",
                 *node_lines(job.node, "every TPU host, the same command, through gcloud", plan.profile.secrets),
@@ -159,7 +154,12 @@ class GcloudBackend:
         here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
         job, record, run_dir = plan.job, _record(plan), Path(plan.run_dir)
         for argv in job.before_argv:  # the snapshot, onto every host
-            _run_here(argv)
+            host_steps.run_step(argv)
+        if job.environment is not None:  # then the environment, built on every host
+            host_steps.build_environment(job.environment, run_dir, [
+                host_steps.HostBuild(host=f"TPU {plan.profile.tpu.name if plan.profile.tpu else ''} worker {worker}",
+                                     sends=(), build=argv) for worker, argv in enumerate(job.build_argv)],
+                first=job.environment_argv)
         return local.execute_here(
             plan, _gcloud_node(plan), detach=detach, record=record, then=job.after_argv, collect=job.collect_argv,
             follow=f"status {shlex.quote(str(run_dir))}", logs=f"{job.host_folder}/{layout.LOGS} on each TPU host",

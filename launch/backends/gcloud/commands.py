@@ -31,6 +31,16 @@ def gcloud_ssh(tpu: TpuSection, command: str) -> tuple[str, ...]:
     return (*gcloud_ssh_on_every_host(tpu), command)
 
 
+def gcloud_ssh_on(tpu: TpuSection, worker: int, command: str) -> tuple[str, ...]:
+    """``command`` run on one host of the TPU (gcloud's worker index)."""
+    return (*_gcloud(tpu, "ssh", tpu.name), f"--worker={worker}", "--command", command)
+
+
+def send_files(tpu: TpuSection, sources: Iterable[str], remote_folder: str) -> tuple[str, ...]:
+    """Files here copied into ``remote_folder`` (made before) on every host."""
+    return _gcloud(tpu, "scp", *sources, f"{tpu.name}:{remote_folder}/", "--worker=all")
+
+
 def fetch_files(tpu: TpuSection, remote_folder: str, names: Iterable[str], local_folder: str) -> tuple[str, ...]:
     """Host 0's copies of a run's files (its result and metrics) fetched into ``local_folder``."""
     return _gcloud(tpu, "scp", *(f"{tpu.name}:{remote_folder}/{name}" for name in names), local_folder, "--worker=0")
@@ -48,4 +58,4 @@ def ship_snapshot(tpu: TpuSection, run_dir: str, host_folder: str) -> tuple[tupl
     packed = str(PurePosixPath(run_dir, SNAPSHOT_TAR))
     return (pack_snapshot(run_dir),
             gcloud_ssh(tpu, shlex.join(["mkdir", "-p", host_folder])),
-            _gcloud(tpu, "scp", packed, f"{tpu.name}:{host_folder}/{SNAPSHOT_TAR}", "--worker=all"))
+            send_files(tpu, [packed], host_folder))

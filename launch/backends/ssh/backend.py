@@ -7,18 +7,18 @@ import shlex
 import shutil
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launch import backends
-from launch.backends import Backend, JobArrays, State, remote_shell
+from launch.backends import Backend, JobArrays, State, host_steps, remote_shell
+from launch.backends.host_steps import AT_ONCE
 from launch.backends.local import backend as local
 from launch.backends.remote_shell import FOLDER_PRESENT
 from launch.backends.ssh.commands import CONNECT_TIMEOUT_S
-from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all, run_captured
+from launch.backends.ssh.fanout import HOSTS_RECORD, STOP_GRACE_S, run_all
 from launch.backends.ssh.job_spec import SshJob, SshNode, build, job_run_dir
-from launch.core import layout, python_env
+from launch.core import layout
 from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
@@ -30,11 +30,9 @@ if TYPE_CHECKING:
     from launch.core.machine import Machine
 
 REACH_TIMEOUT_S = CONNECT_TIMEOUT_S + 50  # connecting, then importing launch on the host
-SHIP_TIMEOUT_S = 1800  # the snapshot onto a host (up to snapshot.LIMIT_BYTES)
 CANCEL_WAIT_S = STOP_GRACE_S + 10  # for the launcher to stop every host and fetch their logs
 SYNC_EVERY_S = 2.0  # logs --follow: how often the hosts' logs are fetched
 FETCH_TIMEOUT_S = 120  # a host's logs fetched, or its processes stopped, from here
-AT_ONCE = 32  # hosts reached at the same time from here
 
 # What ssh says when it cannot reach a host, and what that means for the user (OpenSSH's own words).
 _SSH_PROBLEMS = (
@@ -102,50 +100,18 @@ def ship(job: SshJob) -> None:
     if not job.before_argv:
         return
     pack, *per_host = job.before_argv
-    _step_or_fail(pack)
-    pairs = [per_host[index:index + 2] for index in range(0, len(per_host), 2)]
-
-    def in_order(steps: list[tuple[str, ...]]) -> None:
-        for step in steps:
-            _step_or_fail(step)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(AT_ONCE, len(pairs)))) as pool:
-        list(pool.map(in_order, pairs))
+    host_steps.run_step(pack)
+    host_steps.at_once([per_host[index:index + 2] for index in range(0, len(per_host), 2)])
 
 
 def build_environments(job: SshJob, run_dir: Path) -> None:
     """The profile's environment, its inputs staged here, built on every host at once (each host's steps in
     order); the first host whose build fails is named, with the package and the log's last lines."""
-    spec = job.environment
-    if spec is None:
+    if job.environment is None:
         return
-    python_env.stage(spec, run_dir)
-
-    def on(host: str, steps: tuple[tuple[str, ...], ...]) -> str:
-        started = time.monotonic()
-        *sends, build = steps
-        for step in sends:
-            _step_or_fail(step)
-        done = run_captured(build, SHIP_TIMEOUT_S)
-        if done is None:
-            raise SubmitError(f"{host}: building the environment took over {SHIP_TIMEOUT_S} s")
-        failed = python_env.failure_text(host, spec, done.returncode, done.stdout, done.stderr)
-        if failed is not None:
-            raise SubmitError(*failed)
-        return (f"environment {spec.digest[:16]} {python_env.outcome(done.stdout)} on {host} in "
-                f"{time.monotonic() - started:.1f} s")
-
-    hosts = [node.host for node in job.nodes]
-    with ThreadPoolExecutor(max_workers=max(1, min(AT_ONCE, len(hosts)))) as pool:
-        for line in pool.map(on, hosts, job.environment_argv):
-            print(line, flush=True)
-
-
-def _step_or_fail(argv: tuple[str, ...]) -> None:
-    done = run_captured(argv, SHIP_TIMEOUT_S)
-    if done is None or done.returncode:
-        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1] if done else "timed out"
-        raise SubmitError(f"{shlex.join(argv[:1])} ... {argv[-2] if len(argv) > 1 else ''}: failed ({said})")
+    host_steps.build_environment(job.environment, run_dir, [
+        host_steps.HostBuild(host=node.host, sends=steps[:-1], build=steps[-1])
+        for node, steps in zip(job.nodes, job.environment_argv, strict=True)])
 
 
 def _first_failed_host(run_dir: Path) -> dict[str, Any] | None:
