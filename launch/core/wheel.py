@@ -5,8 +5,10 @@ of the files, with ``NAME-VERSION.dist-info/{METADATA,WHEEL,RECORD}``."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.util
+import io
 import re
 import zipfile
 from collections.abc import Mapping
@@ -21,6 +23,14 @@ def write_wheel(folder: Path, name: str, version: str, files: Mapping[str, bytes
                 requires: tuple[str, ...] = (), metadata: str | None = None) -> Path:
     """A pure-Python wheel of ``files`` (path inside -> bytes) in ``folder``; its path. ``metadata`` replaces the
     METADATA written from ``name``, ``version`` and ``requires``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / wheel_name(name, version)
+    path.write_bytes(_wheel_bytes(name, version, files, requires=requires, metadata=metadata))
+    return path
+
+
+def _wheel_bytes(name: str, version: str, files: Mapping[str, bytes], *, requires: tuple[str, ...] = (),
+                 metadata: str | None = None) -> bytes:
     stem = _stem(name, version)
     info = f"{stem}.dist-info"
     meta = metadata if metadata is not None else (
@@ -29,14 +39,13 @@ def write_wheel(folder: Path, name: str, version: str, files: Mapping[str, bytes
                 f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: launch\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     record = "".join(f"{path},sha256={_digest(data)},{len(data)}\n" for path, data in sorted(contents.items()))
     contents[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / wheel_name(name, version)
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as wheel:
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as wheel:
         for arcname, data in sorted(contents.items()):  # sorted, with a fixed time: the same files, the same bytes
             entry = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
             entry.external_attr = 0o644 << 16
             wheel.writestr(entry, data, compress_type=zipfile.ZIP_DEFLATED)
-    return path
+    return packed.getvalue()
 
 
 def _stem(name: str, version: str) -> str:
@@ -54,7 +63,13 @@ def _digest(data: bytes) -> str:
 
 def launch_files() -> dict[str, bytes]:
     """launch's installed files, as its wheel lays them out: ``launch/`` (with its bundled profiles) and the
-    bundled examples' ``launch_examples/``; wherever this copy runs from (a checkout, an editable or a wheel)."""
+    bundled examples' ``launch_examples/``; wherever this copy runs from (a checkout, an editable or a wheel).
+    Read once per process (a sweep plans every point with them): the files the process runs do not change."""
+    return dict(_launch_files())
+
+
+@functools.cache
+def _launch_files() -> tuple[tuple[str, bytes], ...]:
     from launch.core.profile_loader import BUNDLED_DIR
 
     found: dict[str, bytes] = {}
@@ -65,7 +80,7 @@ def launch_files() -> dict[str, bytes]:
     examples = importlib.util.find_spec("launch_examples")
     if examples is not None and examples.submodule_search_locations:
         _add_tree(found, Path(next(iter(examples.submodule_search_locations))), "launch_examples")
-    return found
+    return tuple(found.items())
 
 
 def _add_tree(found: dict[str, bytes], root: Path, prefix: str) -> None:
@@ -76,7 +91,15 @@ def _add_tree(found: dict[str, bytes], root: Path, prefix: str) -> None:
 
 def launch_files_digest(files: Mapping[str, bytes] | None = None) -> str:
     """One SHA-256 over launch's files (paths and contents): what an environment's launch is known by."""
-    files = launch_files() if files is None else files
+    return _launch_files_digest() if files is None else _files_digest(files)
+
+
+@functools.cache
+def _launch_files_digest() -> str:
+    return _files_digest(launch_files())
+
+
+def _files_digest(files: Mapping[str, bytes]) -> str:
     total = hashlib.sha256()
     for path in sorted(files):
         total.update(f"{path}\0{hashlib.sha256(files[path]).hexdigest()}\n".encode())
@@ -90,11 +113,19 @@ def launch_version() -> str:
 
 def write_launch_wheel(folder: Path) -> Path:
     """This machine's launch as a wheel in ``folder`` (installed without its dependencies: the environment's
-    own lock brings torch and the rest)."""
+    own lock brings torch and the rest); made once per process, written as often as asked."""
+    path = folder / wheel_name()
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_launch_wheel())
+    return path
+
+
+@functools.cache
+def _launch_wheel() -> bytes:
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
         text = distribution(DISTRIBUTION).read_text("METADATA")
     except PackageNotFoundError:
         text = None
-    return write_wheel(folder, DISTRIBUTION, launch_version(), launch_files(), metadata=text)
+    return _wheel_bytes(DISTRIBUTION, launch_version(), launch_files(), metadata=text)

@@ -14,6 +14,7 @@ from launch.backends.slurm.options import (
     managed_option,
 )
 from launch.backends.ssh import commands as ssh
+from launch.backends.ssh.profile_checks import reach_problems
 from launch.core.profile import LoginSection, Profile, SlurmSection
 from launch.errors import CONTROL_CHARACTERS, did_you_mean
 
@@ -76,23 +77,7 @@ def _check_login(profile: Profile, login: LoginSection) -> list[str]:
         ssh.parse_host(login.host)
     except ValueError as error:
         problems.append(f"slurm.login.host: {error}")
-    for key, value in login.options.items():
-        problem = ssh.check_option(key, value)
-        if problem:
-            problems.append(f"slurm.login.options.{key}: {problem}")
-    for key in ("workdir", "runs_dir", "identity_file", "jump_host"):
-        value = getattr(login, key)
-        if value is not None and (not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-")):
-            problems.append(f"slurm.login.{key}: must be a non-empty single line, not starting with '-'")
-        elif key == "workdir" and not value.startswith("/"):
-            problems.append(f"slurm.login.workdir: {value!r}: must be an absolute path on the cluster's shared file "
-                            "system (like /home/you/project or /scratch/you/project); the job starts in it")
-        elif key == "runs_dir" and value.startswith("~"):
-            problems.append(f"slurm.login.runs_dir: {value!r}: write it without '~' (a relative path is from workdir)")
-        elif key in ("workdir", "runs_dir") and not ssh.SAFE_PATH.match(value):
-            problems.append(f"slurm.login.{key}: {value!r} has characters rsync and the shell cannot carry unchanged "
-                            "(spaces, quotes, shell or glob characters)")
-    return problems
+    return problems + reach_problems("slurm.login", login)
 
 
 def _check_srun_args(slurm: SlurmSection) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from launch.backends.ssh import commands as ssh
 from launch.backends.ssh.commands import read_hostfile
-from launch.core.profile import Profile, SshSection
+from launch.core.profile import LoginSection, Profile, SshSection
 from launch.core.site_shell import check_section_python
 from launch.errors import CONTROL_CHARACTERS, ConfigError
 
@@ -27,23 +27,38 @@ def check(profile: Profile, section: SshSection) -> list[str]:
     elif len(section.hosts) != profile.nodes:
         problems.append(f"nodes: {profile.nodes}, but ssh.hosts lists {len(section.hosts)} host(s); one node runs "
                         f"on each host: set nodes: {len(section.hosts)}")
-    for key, value in section.options.items():
-        problem = ssh.check_option(key, value)
-        if problem:
-            problems.append(f"ssh.options.{key}: {problem}")
-    for key in ("workdir", "runs_dir", "identity_file", "jump_host"):  # python: site_shell.check_shell
-        value = getattr(section, key)
-        if value is not None and (not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-")):
-            problems.append(f"ssh.{key}: must be a non-empty single line, not starting with '-'")
-        elif key in ("workdir", "runs_dir") and value is not None and value.startswith("~"):
-            problems.append(f"ssh.{key}: {value!r}: write it without '~' (a relative path is from the ssh user's "
-                            f"home{' for workdir, from workdir for runs_dir' if key == 'runs_dir' else ''})")
-        elif key in ("workdir", "runs_dir") and value is not None and not ssh.SAFE_PATH.match(value):
-            problems.append(f"ssh.{key}: {value!r} has characters scp cannot carry unchanged (spaces, quotes, shell "
-                            "or glob characters)")
+    problems += reach_problems("ssh", section)
     address = profile.rendezvous.address
     if address is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._:-]*", address):
         problems.append(f"rendezvous.address: {address!r} is not a host name or address")
+    return problems
+
+
+def reach_problems(name: str, section: SshSection | LoginSection) -> list[str]:
+    """The connection's options and folders of a section that reaches hosts with ssh (``ssh``, ``slurm.login``):
+    single words and lines, folders that scp, rsync and the shell carry unchanged; each problem one line naming
+    its key. A login host's workdir is absolute (the cluster's shared file system)."""
+    problems = []
+    for key, value in section.options.items():
+        problem = ssh.check_option(key, value)
+        if problem:
+            problems.append(f"{name}.options.{key}: {problem}")
+    login = isinstance(section, LoginSection)
+    for key in ("workdir", "runs_dir", "identity_file", "jump_host"):  # python: site_shell.check_shell
+        value = getattr(section, key)
+        if value is None:
+            continue
+        if not value.strip() or CONTROL_CHARACTERS.search(value) or value.startswith("-"):
+            problems.append(f"{name}.{key}: must be a non-empty single line, not starting with '-'")
+        elif key == "workdir" and login and not value.startswith("/"):
+            problems.append(f"{name}.workdir: {value!r}: must be an absolute path on the cluster's shared file "
+                            "system (like /home/you/project or /scratch/you/project); the job starts in it")
+        elif key in ("workdir", "runs_dir") and value.startswith("~"):
+            problems.append(f"{name}.{key}: {value!r}: write it without '~' (a relative path is from "
+                            + ("workdir)" if key == "runs_dir" else "the ssh user's home)"))
+        elif key in ("workdir", "runs_dir") and not ssh.SAFE_PATH.match(value):
+            problems.append(f"{name}.{key}: {value!r} has characters scp, rsync and the shell cannot carry "
+                            "unchanged (spaces, quotes, shell or glob characters)")
     return problems
 
 
