@@ -260,12 +260,17 @@ def sweep_plan(request: Request, grid: Grid, *, max_parallel: int | None, for_su
     folder = Path(request.run_dir) if request.run_dir is not None else \
         run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()) if for_submit else \
         Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
-    return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=request.args, grid=grid,
-                             folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
-                             backend=chosen.backend, launcher=request.launcher, max_parallel=parallel,
-                             snapshot=chosen.snapshot,
-                             expand_args=request.expand_args,
-                             accelerate_config=user_accelerate_config(request, profile))
+    try:
+        return sweep.build_sweep(profile, chosen.strategy.name, chosen.code, common=request.args, grid=grid,
+                                 folder=str(folder.absolute()), python=sys.executable, workdir=str(Path.cwd()),
+                                 backend=chosen.backend, launcher=request.launcher, max_parallel=parallel,
+                                 snapshot=chosen.snapshot,
+                                 expand_args=request.expand_args,
+                                 accelerate_config=user_accelerate_config(request, profile))
+    except LaunchError:
+        if for_submit and request.run_dir is None:  # the folder claimed above, for a sweep refused: not kept
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def sweep(request: Request, grid: Grid, *, max_parallel: int | None) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -100,6 +101,19 @@ class EnvSpec:
     @property
     def wheels_dir(self) -> str:
         return str(PurePosixPath(self.workdir, WHEELS))
+
+    def shown_build(self, run_dir: str) -> str:
+        """``build_argv`` as ``render`` shows it: the script named BUILD_SCRIPT (printed once, beside it)."""
+        build = self.build_argv(run_dir)
+        return shlex.join((*build[:2], "BUILD_SCRIPT", *build[3:]))
+
+    def sent_files(self, run_dir: str) -> tuple[list[str], list[str]]:
+        """What a host is sent from here before its build: the inputs staged in ``run_dir``'s env/ (the
+        dependency files, launch's wheel), and the wheels of ``environment.wheels``."""
+        staged = [str(PurePosixPath(run_dir, INPUTS, name)) for name in (*(name for name, _ in self.files),
+                                                                         wheel_name())]
+        wheels = [str(PurePosixPath(self.wheels_here, name)) for name in self.wheels] if self.wheels_here else []
+        return staged, wheels
 
     def build_argv(self, run_dir: str) -> tuple[str, ...]:
         """The build, run on the cluster; it reads its inputs from ``run_dir``'s ``env/``."""

@@ -258,6 +258,7 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 arrived = hashlib.sha256(os.environ.get("HF_TOKEN", "").encode()).hexdigest() == sys.argv[1]
 print(f"rank {dist.get_rank()}: the secret arrived: {arrived}", flush=True)
+dist.barrier()  # every rank's connections made before any leaves
 dist.destroy_process_group()
 """
 

@@ -219,6 +219,7 @@ import tinydep
 import torch.distributed as dist
 dist.init_process_group("gloo")
 print(f"rank {dist.get_rank()} runs {sys.executable} with {tinydep.SAID}, launch from {launch.__file__}", flush=True)
+dist.barrier()  # every rank's connections made before any leaves
 dist.destroy_process_group()
 """
 

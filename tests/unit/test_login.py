@@ -122,6 +122,14 @@ def test_the_code_digest_here_is_the_one_the_login_hosts_shell_computes(tmp_path
     assert shell.stdout.split()[0] == shipping.listing_digest(shipping.listing(code))
 
 
+def test_a_job_found_by_name_after_a_lost_answer_is_named_by_its_own_or_its_arrays_id() -> None:
+    """What squeue -o %i and sacct -o JobID print for a job, and for a job array pending, running or ended."""
+    assert shipping.job_ids("1234\n") == ["1234"]
+    assert shipping.job_ids("57_[0-1%2]\n") == ["57"]
+    assert shipping.job_ids("57_0\n57_1\n57_[2-3%2]\n57_0\n57_1\n") == ["57"]
+    assert shipping.job_ids("") == []
+
+
 def test_the_first_look_says_so_when_the_login_host_has_no_sbatch(tmp_path: Path) -> None:
     """The first command, run by bash with a PATH that has the shell's tools and no sbatch."""
     tools = tmp_path / "bin"

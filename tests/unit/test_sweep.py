@@ -41,8 +41,8 @@ def test_a_bad_grid_is_one_line_naming_the_key(grid: list[str], expected: str) -
 
 
 def test_bad_sweeps_are_refused_in_one_line_before_anything_is_made(tmp_path: Path) -> None:
-    def refused(*argv: str) -> str:
-        done = run_cli("sweep", "--profile", "slurm-local-2x2", *argv, cwd=tmp_path)
+    def refused(*argv: str, profile: str = "slurm-local-2x2") -> str:
+        done = run_cli("sweep", "--profile", profile, *argv, cwd=tmp_path)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
         assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
         return done.stderr
@@ -53,6 +53,10 @@ def test_bad_sweeps_are_refused_in_one_line_before_anything_is_made(tmp_path: Pa
     (tmp_path / "grid.yaml").write_text("lr: [0.1, {x: 1}]\n")
     assert f"--grid-file {tmp_path / 'grid.yaml'}: lr: values must be numbers or strings" in \
         refused("--grid-file", str(tmp_path / "grid.yaml"))
+    # one batch script for every element: a profile's shell would export point 0's folder and variables in all
+    (tmp_path / "shell.yaml").write_text("extends: slurm-local-2x2\nsetup: ['export A=1']\n")
+    said = refused("--grid", "lr=0.1,0.2", "--launcher", "submitit", profile=str(tmp_path / "shell.yaml"))
+    assert "a submitit sweep runs every point from one batch script" in said and "--launcher sbatch" in said
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])

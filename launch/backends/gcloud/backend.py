@@ -93,6 +93,10 @@ def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:
 
 
 
+def _tpu_name(plan: LaunchPlan[GcloudJob]) -> str:
+    return plan.profile.tpu.name if plan.profile.tpu is not None else "?"
+
+
 def _gcloud_node(plan: LaunchPlan[GcloudJob]) -> NodeCommand:
     return NodeCommand(node_rank=0, argv=plan.job.submit_argv, env=(), cwd=str(Path.cwd()))
 
@@ -132,8 +136,7 @@ class GcloudBackend:
         first = [f"first, here: {shlex.join(argv)}" for argv in (*job.before_argv, *job.environment_argv)]
         if job.environment is not None:
             spec = job.environment
-            build = spec.build_argv(job.host_folder)
-            shown = shlex.join((*build[:2], "BUILD_SCRIPT", *build[3:]))
+            shown = spec.shown_build(job.host_folder)
             first += [f"then the environment ({spec.section.source}; its python {spec.job_python} from the project "
                       "folder), built on every host at once, once for its hash under a lock, else reused "
                       "(BUILD_SCRIPT: launch.core.python_env's, as `render` shows it for a login host):",
@@ -154,12 +157,12 @@ class GcloudBackend:
         here (Ctrl-C, SIGTERM), it is stopped on the hosts too: an ssh session's end does not stop them."""
         job, record, run_dir = plan.job, _record(plan), Path(plan.run_dir)
         for argv in job.before_argv:  # the snapshot, onto every host
-            host_steps.run_step(argv)
+            host_steps.run_step(argv, f"TPU {_tpu_name(plan)}")
         if job.environment is not None:  # then the environment, built on every host
             host_steps.build_environment(job.environment, run_dir, [
-                host_steps.HostBuild(host=f"TPU {plan.profile.tpu.name if plan.profile.tpu else ''} worker {worker}",
-                                     sends=(), build=argv) for worker, argv in enumerate(job.build_argv)],
-                first=job.environment_argv)
+                host_steps.HostBuild(host=f"TPU {_tpu_name(plan)} worker {worker}", sends=(), build=argv)
+                for worker, argv in enumerate(job.build_argv)],
+                first=job.environment_argv, first_where=f"TPU {_tpu_name(plan)}")
         return local.execute_here(
             plan, _gcloud_node(plan), detach=detach, record=record, then=job.after_argv, collect=job.collect_argv,
             follow=f"status {shlex.quote(str(run_dir))}", logs=f"{job.host_folder}/{layout.LOGS} on each TPU host",

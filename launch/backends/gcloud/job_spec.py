@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePath, PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from launch.backends import remote_shell
@@ -24,7 +24,6 @@ from launch.core.plan import (
 from launch.core.profile import TpuSection
 from launch.core.python_env import EnvSpec
 from launch.core.strategy import NodeContext
-from launch.core.wheel import wheel_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,10 +90,7 @@ def _send_environment(hosts: TpuSection, environment: EnvSpec, run_dir: str,
                       host_folder: str) -> tuple[tuple[str, ...], ...]:
     """The build's inputs (staged in the run folder here) and the wheels onto every host, in order."""
     inputs = f"{host_folder}/{python_env.INPUTS}"
-    staged = [str(PurePath(run_dir, python_env.INPUTS, name)) for name in (*(n for n, _ in environment.files),
-                                                                            wheel_name())]
-    wheels = [str(PurePath(environment.wheels_here, name)) for name in environment.wheels] \
-        if environment.wheels_here else []
+    staged, wheels = environment.sent_files(run_dir)
     return (tpu.gcloud_ssh(hosts, shlex.join(["mkdir", "-p", inputs, environment.wheels_dir])),
             tpu.send_files(hosts, staged, inputs),
             *((tpu.send_files(hosts, wheels, environment.wheels_dir),) if wheels else ()))

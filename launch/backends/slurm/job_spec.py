@@ -101,7 +101,8 @@ def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[
                             run_dir=there, workdir=section.workdir, python=python, setup_python=setup_python))
     files = tuple(replace(file, path=str(PurePath(inputs.run_dir, PurePosixPath(file.path).relative_to(there))))
                   for file in planned.job.files)
-    # the submitit launcher submits with the cluster's Python, outside any image: the environment's, or python3
+    # the submitit launcher submits with the cluster's Python, outside any image: the environment's, else the
+    # profile's python (python3 on the login host with a container, whose python is the image's)
     submitter = None if planned.job.backend != "submitit" else environment.python if environment is not None \
         else python if profile.container is None else REMOTE_PYTHON
     remote = Remote(login=Login(section=section), run_dir=there, workdir=section.workdir, python=python,

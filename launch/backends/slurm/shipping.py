@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shlex
 import subprocess
 import tarfile
@@ -22,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from launch.backends.slurm import login as login_host
 from launch.backends.slurm.login import Login
 from launch.backends.slurm.sbatch_answer import sbatch_job_id
-from launch.backends.slurm.submission import CANNOT_SUBMIT
+from launch.backends.slurm.submission import NO_SUBMITIT, NOT_SUBMITTED
 from launch.core import python_env
 from launch.core.machine import DISTRIBUTION
 from launch.core.profile import Profile
@@ -125,9 +126,10 @@ def check_cluster(remote: Remote, profile: Profile) -> Look:
         return seen
     mine = launch_version()
     if seen.launch_version is None:
+        other = "use --launcher sbatch (the image's python runs the job)" if profile.container is not None else \
+            "name a Python that has it in the profile's python"
         raise SubmitError(f"login host {remote.login.host}: {python} there cannot import launch",
-                          f"install it there (pip install {DISTRIBUTION}=={mine}), or name a Python that has it "
-                          f"in the profile's python")
+                          f"install it there (pip install {DISTRIBUTION}=={mine}), or {other}")
     if seen.launch_version != mine:
         raise SubmitError(f"login host {remote.login.host}: {python} there has launch "
                           f"{seen.launch_version}, this machine has {mine}",
@@ -261,14 +263,20 @@ def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None
         if found is None:
             raise
         return found
-    if done.returncode == CANNOT_SUBMIT:  # the submitit launcher's submitter there could not run submitit
+    if done.returncode in (NO_SUBMITIT, NOT_SUBMITTED):  # the submitit launcher's submitter there (its one line)
         raise SubmitError(f"login host {remote.login.host}: {_last_line(done.stderr).removeprefix('launch: ')}",
                           "install submitit in the cluster's Python (environment: add it to the dependency file), or "
-                          "use --launcher sbatch")
+                          "use --launcher sbatch" if done.returncode == NO_SUBMITIT else "")
     if done.returncode == _CHANGED:
         raise SubmitError(f"login host {remote.login.host}: {_last_line(done.stderr).removeprefix('launch: ')} "
                           f"(the digest of its {CODE}/ differs from the snapshot's)", "submit again")
     return sbatch_job_id(done, f" on {remote.login.host}")
+
+
+def job_ids(listed: str) -> list[str]:
+    """The jobs squeue's ``%i`` and sacct's JobID name, in order: a job array's lines (``ARRAY_[0-1%2]``,
+    ``ARRAY_0``) by the array's own id."""
+    return sorted({found[1] for word in listed.split() if (found := re.match(r"(\d+)", word))}, key=int)
 
 
 def _find_job(remote: Remote, job_name: str, since: float, lost: SubmitError) -> str | None:
@@ -286,7 +294,7 @@ def _find_job(remote: Remote, job_name: str, since: float, lost: SubmitError) ->
             continue
         if done.returncode != 0:
             break
-        ids = sorted({word for word in done.stdout.split() if word.isdigit()}, key=int)
+        ids = job_ids(done.stdout)
         return ids[-1] if ids else None
     raise Undecided(f"{lost.message}; whether SLURM got job {job_name} could not be asked since",
                     f"look with `ssh {remote.login.host.destination} squeue --me -n {job_name}` before submitting "

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from launch.backends.slurm.task_bootstrap import Bootstrap
 
 FILE = "submission.json"  # in the run folder (a sweep's: in its folder), where the cluster's Python reads it
-CANNOT_SUBMIT = 85  # the command's exit status when submitit cannot run there (sbatch's refusal: 1)
+NO_SUBMITIT = 85  # the command's exit status where submitit cannot be imported (sbatch's refusal: 1)
+NOT_SUBMITTED = 84  # ... where submitit could not take the submission, or answered ids not its own
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,17 +70,24 @@ def _task(record: dict[str, Any]) -> Bootstrap:
                      port=record["port"], requeue_signal=signal.Signals[record["requeue_signal"]])
 
 
-def submit(submission: Submission) -> list[str]:
-    """Each task's job id (``ARRAY_K`` for a batch); submitit's FailedJobError carries sbatch's refusal."""
+def executor(submission: Submission) -> Any:
+    """submitit's executor for ``submission``: its folder, interpreter and parameters (a parameter this
+    submitit does not know raises here, before anything is submitted)."""
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=submission.folder, max_num_timeout=submission.max_num_timeout,
-                                      python=shlex.join(submission.python))
-    executor.update_parameters(**dict(submission.parameters))
+    made = submitit.SlurmExecutor(folder=submission.folder, max_num_timeout=submission.max_num_timeout,
+                                  python=shlex.join(submission.python))
+    made.update_parameters(**dict(submission.parameters))
+    return made
+
+
+def submit(made: Any, submission: Submission) -> list[str]:
+    """Each task's job id (``ARRAY_K`` for a batch), submitted with the executor ``made``; submitit's
+    FailedJobError carries sbatch's refusal."""
     if not submission.batch:
-        return [str(executor.submit(submission.tasks[0]).job_id)]
-    with executor.batch():
-        jobs = [executor.submit(task) for task in submission.tasks]
+        return [str(made.submit(submission.tasks[0]).job_id)]
+    with made.batch():
+        jobs = [made.submit(task) for task in submission.tasks]
     return [str(job.job_id) for job in jobs]
 
 
@@ -90,29 +98,40 @@ def batch_ids(job_id: str, count: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """On the cluster: submit the submission in FILE; print its job id (a batch's array id)."""
+    """On the cluster: submit the submission in FILE; print its job id (a batch's array id). sbatch's refusal:
+    its stderr, exit status 1; anything else: one line ``launch: ...``, exit status ``NO_SUBMITIT`` (submitit
+    cannot be imported) or ``NOT_SUBMITTED``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m launch.backends.slurm.submission FILE", file=sys.stderr)
         return 2
     try:
-        import submitit  # noqa: F401
+        from submitit.core.utils import FailedJobError
     except ImportError:
         print(f"launch: {sys.executable} there cannot import submitit (the submitit launcher submits with it)",
               file=sys.stderr)
-        return CANNOT_SUBMIT
-    submission = Submission.from_json(Path(args[0]).read_text(encoding="utf-8"))
+        return NO_SUBMITIT
     try:
-        ids = submit(submission)
-    except Exception as error:  # FailedJobError: sbatch's stderr is its message
-        print(str(error), file=sys.stderr)
+        submission = Submission.from_json(Path(args[0]).read_text(encoding="utf-8"))
+        made = executor(submission)
+    except Exception as error:  # an unreadable file, a parameter this submitit does not take
+        print(f"launch: submitit there could not take the submission ({type(error).__name__}: {error})",
+              file=sys.stderr)
+        return NOT_SUBMITTED
+    try:
+        ids = submit(made, submission)
+    except FailedJobError as refused:  # sbatch's stderr is its message
+        print(str(refused), file=sys.stderr)
         return 1
+    except Exception as error:
+        print(f"launch: submitit there failed ({type(error).__name__}: {error})", file=sys.stderr)
+        return NOT_SUBMITTED
     root = ids[0].split("_")[0]
     if ids != batch_ids(root, len(ids)):  # this submitit numbers its jobs otherwise: never guess, leave none
         subprocess.run(["scancel", *ids], capture_output=True, timeout=60, check=False)
         print(f"launch: submitit there answered the job ids {ids}, not those of job {root} (cancelled)",
               file=sys.stderr)
-        return CANNOT_SUBMIT
+        return NOT_SUBMITTED
     print(root, flush=True)
     return 0
 

@@ -114,8 +114,7 @@ def _environment_lines(remote: Remote) -> list[str]:
     spec = remote.environment
     if spec is None:
         return []
-    build = spec.build_argv(remote.run_dir)
-    shown = shlex.join(remote.login.ssh(shlex.join((*build[:2], "BUILD_SCRIPT", *build[3:]))))
+    shown = shlex.join(remote.login.ssh(spec.shown_build(remote.run_dir)))
     return [*([f"     {shlex.join(cluster_env.wheels_argv(remote, spec))}",
                "     (the environment's wheels; a wheel there already is not sent again)"] if spec.wheels_here else []),
             f"  2b. the environment ({spec.section.source}, {spec.kind}; its python {spec.python}), built once for "

@@ -25,7 +25,7 @@ from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submission_of, task_of
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import env_lines, file_lines
-from launch.errors import SubmitError
+from launch.errors import LaunchError, SubmitError
 
 if TYPE_CHECKING:
     from launch.backends import ArraySweep, Backend
@@ -71,8 +71,10 @@ def _submit(plan: LaunchPlan[SubmititJob]) -> str:
     job = plan.job
     if job.remote is not None:  # the run folder (with its submission) shipped, submitted by the cluster's Python
         return through_login.ship_and_submit(job.remote, [plan], _submit_argv(job.remote, job.remote.run_dir))
+    submitted = submission_of(job, plan.profile)
+    executor = submission.executor(submitted)
     with _submitting(plan):
-        return submission.submit(submission_of(job, plan.profile))[0]
+        return submission.submit(executor, submitted)[0]
 
 
 def _submit_argv(remote: Remote, folder: str) -> tuple[str, ...]:
@@ -95,8 +97,9 @@ def _submit_array(sweep: ArraySweep[SubmititJob, ArrayJob], indices: tuple[int, 
                                                  files={submission.FILE: batch.to_json()})
         ids = submission.batch_ids(array_id, len(indices))
     else:
+        executor = submission.executor(batch)
         with _submitting(first):
-            ids = submission.submit(batch)
+            ids = submission.submit(executor, batch)
     return dict(zip(indices, ids, strict=True))
 
 
@@ -150,6 +153,11 @@ def _array(plans: Sequence[LaunchPlan[SubmititJob]], folder: str, parallel: int)
     """submitit's folder for the whole array in the sweep folder; through the login host, the sweep's folder
     there, where the cluster's Python submits the batch."""
     job = plans[0].job
+    profile = plans[0].profile
+    if profile.has_shell:  # the batch script's exports and set-up would be point 0's for every element
+        raise LaunchError(f"{profile.source}: a submitit sweep runs every point from one batch script, and this "
+                          "profile's shell (modules, setup, node_setup, after) would run with point 0's run folder "
+                          "and variables in each", "use --launcher sbatch: each point runs its own batch script")
     remote = through_login.array_remote(plans, folder)
     parameters = dict(job.parameters)
     parameters["job_name"] = remote.job_name if remote is not None else job_name(plans[0].profile, "sweep")

@@ -100,8 +100,9 @@ def ship(job: SshJob) -> None:
     if not job.before_argv:
         return
     pack, *per_host = job.before_argv
-    host_steps.run_step(pack)
-    host_steps.at_once([per_host[index:index + 2] for index in range(0, len(per_host), 2)])
+    host_steps.run_step(pack, "packing the code here")
+    host_steps.at_once([per_host[index:index + 2] for index in range(0, len(per_host), 2)],
+                       [node.host for node in job.nodes])
 
 
 def build_environments(job: SshJob, run_dir: Path) -> None:
@@ -208,8 +209,7 @@ class SshBackend:
             out += ["", f"then the environment ({spec.section.source}; its python {spec.job_python} from the project "
                     "folder), built on every host once for its hash under a lock, else reused (BUILD_SCRIPT: "
                     "launch.core.python_env's, as `render` shows it for a login host):"]
-            build = spec.build_argv(job.host_folder)
-            shown = shlex.join((*build[:2], "BUILD_SCRIPT", *build[3:]))
+            shown = spec.shown_build(job.host_folder)
             for node, steps in zip(job.nodes, job.environment_argv):
                 out += [f"  {node.host}:", *(f"    {shlex.join(step)}" for step in steps[:-1]),
                         f"    {shlex.join((*steps[-1][:-1], shown))}"]

@@ -30,7 +30,6 @@ from launch.core.python_env import EnvSpec
 from launch.core.rendezvous import port_for_run
 from launch.core.secrets import looks_secret
 from launch.core.strategy import NodeContext
-from launch.core.wheel import wheel_name
 from launch.errors import LaunchError
 
 HOST_GUARD = "launch.backends.ssh.host_guard"  # on an ssh host: the node's command, with the secrets read from the connection
@@ -166,10 +165,7 @@ def _build_environment(section: SshSection, host: ssh.Host, environment: EnvSpec
     """On one host, in order: the build's inputs (staged in the run folder here) and the wheels sent, then the
     build (each host its own, under its workdir: its own disk, or one shared build under the lock)."""
     inputs = f"{host_folder}/{python_env.INPUTS}"
-    staged = [str(PurePath(run_dir, python_env.INPUTS, name)) for name in (*(n for n, _ in environment.files),
-                                                                            wheel_name())]
-    wheels = [str(PurePath(environment.wheels_here, name)) for name in environment.wheels] \
-        if environment.wheels_here else []
+    staged, wheels = environment.sent_files(run_dir)
     return (ssh.ssh_argv(section, host, shlex.join(["mkdir", "-p", inputs, environment.wheels_dir])),
             ssh.scp_argv(section, host, staged, f"{inputs}/", upload=True),
             *((ssh.scp_argv(section, host, wheels, f"{environment.wheels_dir}/", upload=True),) if wheels else ()),
