@@ -271,14 +271,21 @@ def test_launchs_own_wheel_is_the_same_bytes_for_the_same_files(tmp_path: Path) 
     assert not any("__pycache__" in name for name in names)
 
 
-def test_a_sweeps_render_shows_one_array_there_reading_each_points_script_there(tmp_path: Path) -> None:
+SWEEP_THERE = "/scratch/alice/mnist/runs/sw-"
+
+
+def _sweep_render(tmp_path: Path, *launcher: str) -> tuple[str, str]:
+    """render of a two-point sweep through the login host: its text, and the line that submits it there."""
     profile = _write(tmp_path, LOGIN)
     done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/sw", "--grid",
-                   "lr=1,2", cwd=tmp_path)
+                   "lr=1,2", *launcher, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    text = done.stdout
-    sweep_there = "/scratch/alice/mnist/runs/sw-"
-    array = next(line for line in text.splitlines() if line.startswith("  submitted with: ssh"))
+    return done.stdout, next(line for line in done.stdout.splitlines() if line.startswith("  submitted with: ssh"))
+
+
+def test_a_sweeps_render_shows_one_array_there_reading_each_points_script_there(tmp_path: Path) -> None:
+    text, array = _sweep_render(tmp_path)
+    sweep_there = SWEEP_THERE
     assert f"sbatch --parsable --array=0-1%2 {sweep_there}" in array and "/array.sbatch" in array
     assert array.count("the code arrived changed in") == 2, "both points' code is checked there before sbatch"
     elements = [line.strip() for line in text.splitlines() if line.strip().startswith(("0) exec", "1) exec"))]
@@ -287,13 +294,8 @@ def test_a_sweeps_render_shows_one_array_there_reading_each_points_script_there(
 
 
 def test_a_submitit_sweeps_render_shows_one_batch_submitted_there_by_the_clusters_python(tmp_path: Path) -> None:
-    profile = _write(tmp_path, LOGIN)
-    done = run_cli("render", "--profile", str(profile), "--script", "train.py", "--run-dir", "runs/sw", "--grid",
-                   "lr=1,2", "--launcher", "submitit", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    text = done.stdout
-    sweep_there = "/scratch/alice/mnist/runs/sw-"
-    array = next(line for line in text.splitlines() if line.startswith("  submitted with: ssh"))
+    text, array = _sweep_render(tmp_path, "--launcher", "submitit")
+    sweep_there = SWEEP_THERE
     assert f"python3 -m launch.backends.slurm.submission {sweep_there}" in array and "/submission.json" in array
     assert array.count("the code arrived changed in") == 2, "both points' code is checked there first"
     assert f"folder {sweep_there}" in text and "job_name='login-sweep-" in text, "the batch's folder is there"

@@ -101,10 +101,9 @@ def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[
                             run_dir=there, workdir=section.workdir, python=python, setup_python=setup_python))
     files = tuple(replace(file, path=str(PurePath(inputs.run_dir, PurePosixPath(file.path).relative_to(there))))
                   for file in planned.job.files)
-    # the submitit launcher submits with the cluster's Python, outside any image: the environment's, else the
-    # profile's python (python3 on the login host with a container, whose python is the image's)
-    submitter = None if planned.job.backend != "submitit" else environment.python if environment is not None \
-        else python if profile.container is None else REMOTE_PYTHON
+    # the submitit launcher submits with the cluster's Python outside any image, as the set-up lines run: the
+    # environment's, else the profile's python (python3 on the login host with a container, whose is the image's)
+    submitter = setup_python if planned.job.backend == "submitit" else None
     remote = Remote(login=Login(section=section), run_dir=there, workdir=section.workdir, python=python,
                     job_name=named, environment=environment, submitter=submitter)
     return replace(planned, run_dir=inputs.run_dir, profile=inputs.profile,

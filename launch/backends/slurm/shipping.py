@@ -112,12 +112,20 @@ def look(remote: Remote, *, check_python: bool) -> Look:
                 last_run=values.get("last"), has_submitit=values.get("submitit") == "True")
 
 
+def checked_python(remote: Remote, profile: Profile) -> str | None:
+    """The cluster's Python whose launch the first look asks about: the submitit launcher's submitter, else
+    the nodes' (not in a container, whose image has its own); None where launch builds the environment."""
+    if remote.environment is not None:
+        return None
+    return remote.submitter or (remote.python if profile.container is None else None)
+
+
 def check_cluster(remote: Remote, profile: Profile) -> Look:
     """Before anything is made: the login host answers, has sbatch, and the cluster's Python has this machine's
     launch: the nodes' (without a container, whose image has its own), and the submitit launcher's submitter.
     An environment built there (``environment:``) has them by construction: only its uv is looked for."""
     built = remote.environment
-    python = None if built is not None else remote.submitter or (remote.python if profile.container is None else None)
+    python = checked_python(remote, profile)
     seen = look(remote, check_python=python is not None)
     if built is not None and not seen.has_uv:
         raise SubmitError(f"login host {remote.login.host}: {python_env.no_uv_text(built.section)}",

@@ -95,7 +95,7 @@ def render_lines(plan: LaunchPlan[RemoteJob], submit_argv: tuple[str, ...]) -> l
     digest = "SHA256" if plan.snapshot is not None else None
     secret_names = tuple(dict.fromkeys([*plan.profile.secrets, *secrets(plan.env, plan.profile.secrets)]))
     submitted = shipping.submit_command(remote, submit_argv, digest, secret_names)
-    look = shipping.look_command(remote, check_python=remote.environment is None)
+    look = shipping.look_command(remote, check_python=shipping.checked_python(remote, plan.profile) is not None)
     return [f"submitted through the login host {remote.login.host} (one ssh connection, reused), into "
             f"{remote.run_dir} there:",
             f"  1. {shlex.join(remote.login.ssh(look))}",

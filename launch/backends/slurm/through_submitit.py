@@ -70,16 +70,17 @@ def _quiet_stderr() -> Iterator[None]:
 def _submit(plan: LaunchPlan[SubmititJob]) -> str:
     job = plan.job
     if job.remote is not None:  # the run folder (with its submission) shipped, submitted by the cluster's Python
-        return through_login.ship_and_submit(job.remote, [plan], _submit_argv(job.remote, job.remote.run_dir))
+        return through_login.ship_and_submit(job.remote, [plan], _submit_argv(job.remote))
     submitted = submission_of(job, plan.profile)
     executor = submission.executor(submitted)
     with _submitting(plan):
         return submission.submit(executor, submitted)[0]
 
 
-def _submit_argv(remote: Remote, folder: str) -> tuple[str, ...]:
-    """The cluster's Python submitting the submission in ``folder`` there."""
-    return (remote.submitter or remote.python, "-m", SUBMIT_THERE, str(PurePosixPath(folder, submission.FILE)))
+def _submit_argv(remote: Remote) -> tuple[str, ...]:
+    """The cluster's Python submitting the submission in the run folder (a sweep's folder) there."""
+    return (remote.submitter or remote.python, "-m", SUBMIT_THERE, str(PurePosixPath(remote.run_dir,
+                                                                                     submission.FILE)))
 
 
 def _submit_array(sweep: ArraySweep[SubmititJob, ArrayJob], indices: tuple[int, ...]) -> dict[int, str]:
@@ -93,7 +94,7 @@ def _submit_array(sweep: ArraySweep[SubmititJob, ArrayJob], indices: tuple[int, 
     remote = sweep.array.remote
     if remote is not None:
         array_id = through_login.ship_and_submit(remote, [sweep.plans[index] for index in indices],
-                                                 _submit_argv(remote, remote.run_dir),
+                                                 _submit_argv(remote),
                                                  files={submission.FILE: batch.to_json()})
         ids = submission.batch_ids(array_id, len(indices))
     else:
@@ -127,8 +128,7 @@ def _render(plan: LaunchPlan[SubmititJob]) -> list[str]:
             + (f"  (importing from {job.code.path})" if job.code.path else "")]
     if job.remote is None:
         return out
-    return [*out, *file_lines(job.files), "", *through_login.render_lines(plan, _submit_argv(job.remote,
-                                                                                            job.remote.run_dir))]
+    return [*out, *file_lines(job.files), "", *through_login.render_lines(plan, _submit_argv(job.remote))]
 
 
 def _script_lines(job: SubmititJob, key: str, where: str) -> list[str]:
@@ -145,7 +145,7 @@ def _render_array(sweep: ArraySweep[SubmititJob, ArrayJob]) -> list[str]:
     remote = sweep.array.remote
     if remote is None:
         return lines
-    return [*lines, *through_login.array_lines(remote, sweep.plans, _submit_argv(remote, remote.run_dir),
+    return [*lines, *through_login.array_lines(remote, sweep.plans, _submit_argv(remote),
                                                written=(submission.FILE, "logs/"))]
 
 
