@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("script", help="the batch script (#SBATCH lines, module, export, source, srun ...)")
     convert.add_argument("--output", help="the profile to write (never over an existing file; default: the "
                                           "script's name with .yaml, here)")
+    convert.add_argument("--dry-run", action="store_true", help="print the comparison and the profile; write nothing")
+    convert.add_argument("--device", choices=("cuda", "cpu"), help="for a script that asks for no GPUs: whether its "
+                                                                   "processes run on GPUs the partition gives anyway")
     ui = commands.add_parser("ui", help="a web page of the runs and sweeps under FOLDERs, live while they run")
     ui.add_argument("folders", nargs="*", metavar="FOLDER", help="where the run folders are (default ./runs)")
     ui.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
@@ -242,7 +245,8 @@ def _ui(args: argparse.Namespace, _: list[str]) -> int:
 def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
     from launch.backends.slurm import from_sbatch
 
-    print(from_sbatch.convert_file(Path(args.script), Path(args.output) if args.output else None))
+    print(from_sbatch.convert_file(Path(args.script), Path(args.output) if args.output else None,
+                                   dry_run=args.dry_run, device=args.device))
     return 0
 
 

@@ -141,8 +141,8 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
     if not 0 <= max_restarts <= MAX_RESTARTS:
         raise LaunchError(f"--max-restarts {max_restarts}: must be between 0 and {MAX_RESTARTS}")
     if max_restarts and not backend.restarts_workers:
-        raise LaunchError(f"--max-restarts: applies to local profiles; {profile.name} is kind {profile.kind}",
-                          backend.continue_hint)
+        raise LaunchError(f"--max-restarts: applies to local profiles and SLURM's sbatch launcher, not to "
+                          f"{profile.name} (kind {profile.kind}) as it is launched", backend.continue_hint)
     if profile.environment is not None and not backend.builds_environments:
         raise LaunchError(f"{profile.source}: environment: is built where the job runs: on a SLURM cluster through "
                           f"its login host (slurm.login), on ssh hosts or on TPU hosts through gcloud; not for "

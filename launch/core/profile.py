@@ -57,14 +57,19 @@ class SlurmSection:
     qos: str | None = None
     time_min: int | None = None  # None: the partition's default time limit
     cpus_per_task: int | None = None
-    mem_gb: int | Literal["all"] | None = None  # "all": every node's whole memory (sbatch --mem=0)
-    gpus_per_node: int | None = None
+    mem_gb: float | Literal["all"] | None = None  # "all": every node's whole memory (sbatch --mem=0)
+    mem_per_gpu_gb: float | None = None  # instead of mem_gb: memory per GPU (sbatch --mem-per-gpu)
+    mem_per_cpu_gb: float | None = None  # instead of mem_gb: memory per CPU (sbatch --mem-per-cpu)
+    gpus_per_node: int | None = None  # None: one per process on cuda; 0: none asked (the partition gives them)
+    gpu_type: str | None = None  # the GPU model SLURM knows (gres type): --gpus-per-node=TYPE:N
     constraint: str | None = None
     exclusive: bool = False
     signal_delay_s: int = 90  # submitit launcher: USR2 this long before the time limit, to checkpoint and requeue
     max_timeouts: int = 3  # requeues after running into the time limit (preemptions do not count)
     requeue_signal: str = "USR2"  # submitit launcher: the signal that means 'checkpoint, then requeue' (USR1, USR2)
     job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
+    output: str | None = None  # where SLURM writes the batch log, for sites that require a place (sbatch's
+    # --output pattern); None: the run folder. Either way launch reads it from the run folder.
     srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
     extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
     login: LoginSection | None = None  # submit through this login host over ssh (else: sbatch is here)
@@ -135,6 +140,7 @@ class Profile:
     # setup; None: this machine's own (local, SLURM) or python3 (ssh, TPU hosts)
     modules: tuple[str, ...] = ()  # environment modules loaded before setup (module load ...)
     module_purge: bool = False  # module purge before loading them
+    prefix: tuple[str, ...] = ()  # words before every rank's python (nsys profile ..., numactl ...), one argv
     setup: tuple[str, ...] = ()  # shell lines, in the shell that starts the processes, before they start
     node_setup: tuple[str, ...] = ()  # shell lines once on every node before any rank starts there
     after: tuple[str, ...] = ()  # shell lines once after the processes end, whatever the outcome

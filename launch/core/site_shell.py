@@ -25,6 +25,7 @@ MODULE_INITS = ("/etc/profile.d/lmod.sh", "/usr/share/lmod/lmod/init/bash", "/et
                 "/usr/share/modules/init/bash")
 
 
+_USES_MODULE = re.compile(r"\s*(module|ml)\s")
 MODULE_INIT = (f'type module >/dev/null 2>&1 || for f in {" ".join(shlex.quote(path) for path in MODULE_INITS)}; '
                'do if [ -r "$f" ]; then . "$f"; break; fi; done')
 
@@ -32,8 +33,8 @@ MODULE_INIT = (f'type module >/dev/null 2>&1 || for f in {" ".join(shlex.quote(p
 def module_lines(profile: Profile) -> list[str]:
     """``module purge`` / ``module load`` for the profile's modules, with ``module`` defined first where the
     shell lacks it."""
-    if not (profile.modules or profile.module_purge):
-        return []
+    if not (profile.modules or profile.module_purge):  # setup lines of their own may use `module`
+        return [MODULE_INIT] if any(_USES_MODULE.match(line) for line in profile.setup) else []
     lines = [MODULE_INIT]
     if profile.module_purge:
         lines.append("module purge")
@@ -122,6 +123,10 @@ def check_shell(profile: Profile) -> list[str]:
     """Problems with python, modules, setup, node_setup and after, each as 'key: message'."""
     problems = []
     problems += _check_python("python", profile.python)
+    for index, word in enumerate(profile.prefix):
+        if not word or CONTROL_CHARACTERS.search(word) or (index == 0 and word.startswith("-")):
+            problems.append(f"prefix[{index}]: {word!r}: the prefix is a command and its words, one word each, "
+                            "single lines (like [nsys, profile, -o, /scratch/prof])")
     for index, name in enumerate(profile.modules):
         if not _MODULE_NAME.match(name):
             problems.append(f"modules[{index}]: {name!r} is not a module name (like gcc/12.2 or cuda/12.1: no "

@@ -21,8 +21,12 @@ def torchrun_argv(profile: Profile, python: str, node: NodeContext) -> list[Arg]
 
 
 def node_argv(profile: Profile, python: str, node: NodeContext, process: list[str], run_dir: str) -> list[Arg]:
+    """torchrun starting the process command on the node; a profile's ``prefix`` goes before each process's
+    python (torchrun's --no-python: it runs the command as given)."""
     if profile.device == "xla":
-        return [python, *process]
+        return [*profile.prefix, python, *process]
+    if profile.prefix:
+        return [*torchrun_argv(profile, python, node), "--no-python", *profile.prefix, python, *process]
     return [*torchrun_argv(profile, python, node), *process]
 
 

@@ -21,6 +21,8 @@ SAMPLES: dict[str, tuple[object, str | None, object]] = {
     "qos": ("high", "high", "high"),
     "cpus_per_task": (8, "32", 8),  # sbatch's form: one task per node, running the node's 4 processes
     "mem_gb": (64, "64G", "64G"),
+    "mem_per_gpu_gb": (40, "40G", "40G"),
+    "mem_per_cpu_gb": (3850 / 1024, "3850M", "3850M"),  # not a whole GB: in MB, exactly
     "gpus_per_node": (4, "4", 4),
     "constraint": ("a100", "a100", "a100"),
     "exclusive": (True, None, True),  # a bare #SBATCH --exclusive

@@ -62,8 +62,8 @@ class SlurmBackend(Generic[JobT]):
     snapshots = True
     forwards_secrets = True  # the job inherits this environment (sbatch --export=ALL, submitit's pickle)
 
-    restarts_workers = False
-    continue_hint = "a SLURM job checkpoints and requeues itself when it is preempted or runs out of time"
+    continue_hint = ("a SLURM job checkpoints and requeues itself when it is preempted or runs out of time; "
+                     "--launcher sbatch restarts a node's workers (torchrun's --max-restarts)")
     runs_notebooks = False
     accelerate_wiring: NodeWiring | None = NodeWiring(
         flags='--machine_rank "$SLURM_NODEID" --main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT"',
@@ -79,9 +79,10 @@ class SlurmBackend(Generic[JobT]):
             needs.append("submitit (for --launcher submitit)")
         return needs
 
-    def __init__(self, name: str, launcher: SlurmLauncher[JobT]) -> None:
+    def __init__(self, name: str, launcher: SlurmLauncher[JobT], *, restarts_workers: bool = False) -> None:
         self.name = name
         self.launcher = launcher
+        self.restarts_workers = restarts_workers  # torchrun's agent on every node restarts its workers
         self.arrays: JobArrays[JobT, Any] | None = launcher  # a sweep is one SLURM job array
 
     def build(self, inputs: PlanInputs) -> LaunchPlan[JobT]:

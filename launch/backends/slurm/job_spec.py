@@ -66,7 +66,7 @@ def requeue_signals(profile: Profile) -> str:
 
 def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
     node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
-                       master_port=EnvRef("MASTER_PORT"))
+                       master_port=EnvRef("MASTER_PORT"), max_restarts=inputs.max_restarts)
     argv = head_first(inputs, node, node_argv(inputs, node, inputs.run_dir, inputs.python), inputs.run_dir,
                        inputs.python)
     return NodeCommand(node_rank=0, argv=contained(inputs, argv, env, inputs.run_dir, inputs.workdir), env=env,

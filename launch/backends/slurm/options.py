@@ -23,11 +23,25 @@ def _field(key: str) -> Callable[[Profile], object]:
 
 
 def _memory_field(key: str) -> Callable[[Profile], str | None]:
-    """sbatch's memory value of a key in GB: a whole node's memory ("all") is 0."""
+    """sbatch's memory value of a key in GB: a whole node's memory ("all") is 0; a fraction of a GB in MB."""
     def value(profile: Profile) -> str | None:
         gigabytes = getattr(profile.slurm, key)
-        return None if gigabytes is None else "0" if gigabytes == "all" else f"{gigabytes}G"
+        return None if gigabytes is None else "0" if gigabytes == "all" else memory_text(gigabytes)
     return value
+
+
+def memory_text(gigabytes: float) -> str:
+    """A memory size as sbatch takes it: whole GB as ``NG``, else whole MB (``3850M``)."""
+    return f"{int(gigabytes)}G" if float(gigabytes).is_integer() else f"{round(gigabytes * 1024)}M"
+
+
+def gpus_text(profile: Profile) -> str | None:
+    """sbatch's --gpus-per-node value: ``N`` or ``TYPE:N``; None where none is asked."""
+    gpus = gpus_per_node(profile)
+    if not gpus:
+        return None
+    kind = profile.slurm.gpu_type if profile.slurm is not None else None
+    return f"{kind}:{gpus}" if kind else str(gpus)
 
 
 def gpus_per_node(profile: Profile) -> int | None:
@@ -73,10 +87,14 @@ ALLOCATION: tuple[AllocationKey, ...] = (
                   sbatch_value=_cpus_per_node_task, submitit_value=_field("cpus_per_task"), from_script=_count,
                   count=True),
     AllocationKey(key="mem_gb", sbatch="mem", submitit="mem", sbatch_value=_memory_field("mem_gb"),
-                  from_script=sbatch_text.gigabytes, same_request=("mem-per-cpu", "mem-per-gpu")),
-    AllocationKey(key="gpus_per_node", sbatch="gpus-per-node", submitit="gpus_per_node",
-                  sbatch_value=lambda profile: str(gpus) if (gpus := gpus_per_node(profile)) else None,
-                  submitit_value=lambda profile: gpus_per_node(profile) or None,
+                  from_script=sbatch_text.gigabytes),
+    AllocationKey(key="mem_per_gpu_gb", sbatch="mem-per-gpu", submitit="mem_per_gpu",
+                  sbatch_value=_memory_field("mem_per_gpu_gb"), from_script=sbatch_text.gigabytes),
+    AllocationKey(key="mem_per_cpu_gb", sbatch="mem-per-cpu", submitit="mem_per_cpu",
+                  sbatch_value=_memory_field("mem_per_cpu_gb"), from_script=sbatch_text.gigabytes),
+    AllocationKey(key="gpus_per_node", sbatch="gpus-per-node", submitit="gpus_per_node", sbatch_value=gpus_text,
+                  submitit_value=lambda profile: (text if not text.isdigit() else int(text))
+                  if (text := gpus_text(profile)) else None,
                   same_request=("gpus", "gres", "gpus-per-task")),
     AllocationKey(key="constraint", sbatch="constraint", submitit="constraint", sbatch_value=_field("constraint"),
                   from_script=str, text=True),
@@ -103,11 +121,12 @@ def submitit_allocation(profile: Profile) -> list[tuple[str, object]]:
 # sbatch options launch writes itself or that would contradict what it writes, with where each comes from.
 MANAGED_OPTIONS = {"nodes": "nodes",
                    "ntasks-per-node": "one task per node", "ntasks": "nodes (one task per node)",
-                   "time": "slurm.time_min", "output": "the run folder", "error": "the run folder",
+                   "time": "slurm.time_min", "error": "the run folder",
                    "job-name": "slurm.job_name (default: the profile and strategy names)",
                    "chdir": "the folder you submit from", "export": "the profile's env (all is exported)",
                    **{option: f"slurm.{row.key}" for row in ALLOCATION for option in (row.sbatch, *row.same_request)},
-                   "signal": "slurm.requeue_signal and slurm.signal_delay_s (submitit launcher)"}
+                   "signal": "slurm.requeue_signal and slurm.signal_delay_s (submitit launcher)",
+                   "output": "slurm.output (launch reads the log from the run folder either way)"}
 # sbatch's long options (Slurm 22.05's man page, less help/usage/version and the ones for the terminal), so a
 # typo in extra_sbatch is a profile error, not an sbatch error after submission.
 SBATCH_OPTIONS = frozenset({

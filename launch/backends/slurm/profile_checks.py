@@ -11,6 +11,7 @@ from launch.backends.slurm.options import (
     MANAGED_SRUN_OPTIONS,
     SBATCH_OPTIONS,
     SRUN_OPTIONS,
+    gpus_per_node,
     managed_option,
 )
 from launch.backends.ssh import commands as ssh
@@ -26,6 +27,7 @@ REQUEUE_SIGNALS = ("USR1", "USR2")  # slurm.requeue_signal: what frameworks watc
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 _SRUN_ARG = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(=.+)?\Z", re.DOTALL)
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
+_UNSAFE_OUTPUT = set(" \t\"'\\")
 
 
 def completed(profile: Profile, source: Path) -> Profile:
@@ -40,9 +42,21 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
     problems += [f"slurm.{key}: must be at least 1, got {getattr(slurm, key)}"
                 for key in ("time_min", *(row.key for row in ALLOCATION if row.count))
                 if getattr(slurm, key) is not None and getattr(slurm, key) < 1]
-    if isinstance(slurm.mem_gb, int) and slurm.mem_gb < 1:
-        problems.append(f"slurm.mem_gb: must be at least 1, or all (every node's whole memory, sbatch's --mem=0), "
+    if not isinstance(slurm.mem_gb, (str, type(None))) and slurm.mem_gb <= 0:
+        problems.append(f"slurm.mem_gb: must be more than 0, or all (every node's whole memory, sbatch's --mem=0), "
                         f"got {slurm.mem_gb}")
+    problems += [f"slurm.{key}: must be more than 0, got {value}" for key in ("mem_per_gpu_gb", "mem_per_cpu_gb")
+                 if (value := getattr(slurm, key)) is not None and value <= 0]
+    memory = [key for key in ("mem_gb", "mem_per_gpu_gb", "mem_per_cpu_gb") if getattr(slurm, key) is not None]
+    if len(memory) > 1:
+        problems.append(f"slurm.{memory[1]}: SLURM takes one of mem_gb, mem_per_gpu_gb and mem_per_cpu_gb; "
+                        f"slurm.{memory[0]} is set too")
+    if slurm.gpu_type is not None and not _JOB_NAME.match(slurm.gpu_type):
+        problems.append(f"slurm.gpu_type: {slurm.gpu_type!r} must be letters, digits and . _ + - (SLURM's gres type)")
+    if slurm.output is not None and (_UNSAFE_OUTPUT & set(slurm.output) or CONTROL_CHARACTERS.search(slurm.output)
+                                       or not slurm.output.strip()):
+        problems.append(f"slurm.output: {slurm.output!r} cannot hold spaces, quotes or '\\' (it is an #SBATCH line, "
+                        "which is not shell)")
     problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
                  for key in ("signal_delay_s", "max_timeouts") if getattr(slurm, key) < 0]
     most = slurm.time_min * 60 - MIN_RUN_BEFORE_SIGNAL_S if slurm.time_min is not None else None
@@ -55,12 +69,15 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
         problems.append(f"slurm.job_name: {slurm.job_name!r} must be letters, digits and . _ + - (it becomes an "
                         "#SBATCH line, which is not shell)")
     gpus = slurm.gpus_per_node
-    if gpus is not None and profile.device == "cuda" and gpus != profile.procs_per_node:
+    if gpus and profile.device == "cuda" and gpus != profile.procs_per_node:
         problems.append(f"slurm.gpus_per_node: {gpus} GPUs per node cannot serve procs_per_node "
                         f"{profile.procs_per_node} (one process per GPU); make them equal")
     if gpus and profile.device == "cpu":
         problems.append(f"slurm.gpus_per_node: {gpus} GPUs asked for a device cpu profile; "
                         "remove it or set device: cuda")
+    if slurm.gpu_type is not None and not gpus_per_node(profile):
+        problems.append("slurm.gpu_type: names the GPUs asked for, and this profile asks for none (device: cuda "
+                        "asks for one per process)")
     if slurm.login is not None:
         problems += _check_login(profile, slurm.login)
     elif profile.environment is not None:

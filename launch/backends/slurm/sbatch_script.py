@@ -26,7 +26,7 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
     options: list[tuple[str, str | None]] = [
         ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
         *([("time", str(slurm.time_min))] if slurm.time_min is not None else []),
-        ("output", f"{run_dir}/logs/slurm-%j.out"), *sbatch_allocation(profile)]
+        ("output", slurm.output or f"{run_dir}/logs/slurm-%j.out"), *sbatch_allocation(profile)]
     options += [(name, value or None) for name, value in slurm.extra_sbatch.items()]
     return options
 
@@ -42,6 +42,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
     port = profile.rendezvous.port
     lines.append("set -euo pipefail")
+    lines += site_log_link(profile, run_dir)
     if profile.slurm is not None and profile.slurm.cpus_per_task:
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the batch job: hand it on.
         lines.append('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
@@ -71,6 +72,17 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     return "\n".join(lines) + "\n"
 
 
+def site_log_link(profile: Profile, run_dir: str) -> list[str]:
+    """Where the site's ``slurm.output`` puts the batch log, linked from the run folder (the one place launch
+    reads); SLURM's own record of the path has its patterns resolved."""
+    if profile.slurm is None or profile.slurm.output is None:
+        return []
+    link = shlex.quote(f"{run_dir}/logs/slurm-") + '"$SLURM_JOB_ID".out'
+    return ["# slurm.output: the log is where the site wants it; the run folder links to it",
+            'launch_log="$(scontrol show job "$SLURM_JOB_ID" | sed -n ' + "'s/^ *StdOut=//p')\"",
+            f'if [ -n "$launch_log" ]; then ln -sfn "$launch_log" {link}; fi']
+
+
 def env_exports(profile: Profile, env: tuple[tuple[str, str], ...]) -> list[str]:
     """``export`` lines for the plan's variables (``${NAME}`` expanded in the batch shell); a secret only
     checked to be there, never written: ``submit`` hands it to sbatch through the environment."""
@@ -93,7 +105,8 @@ def node_setup_step(profile: Profile, python: str, run_dir: str, *, then: list[s
 def render_array_script(profile: Profile, *, job_name: str, sweep_dir: str, scripts: list[str], spec: str) -> str:
     """A job array (``spec``: sbatch's --array value) whose element K runs point K's own batch script in its
     allocation, as a plain script: the resources asked for here are the same for every point."""
-    options = [(name, f"{sweep_dir}/logs/slurm-%A_%a.out" if name == "output" else value)
+    site = profile.slurm.output if profile.slurm is not None else None
+    options = [(name, site or f"{sweep_dir}/logs/slurm-%A_%a.out" if name == "output" else value)
                for name, value in sbatch_options(profile, job_name=job_name, run_dir=sweep_dir)]
     lines = ["#!/bin/bash", *directives([*options, ("array", spec)])]
     lines += ["set -euo pipefail",

@@ -28,16 +28,19 @@ def minutes(text: str) -> int | None:
     return total or None
 
 
-def gigabytes(text: str) -> int | str | None:
-    """sbatch's --mem in GB (rounded up): 0 is all of a node's memory."""
+def gigabytes(text: str) -> float | str | None:
+    """sbatch's memory value in GB, exactly (``3850M`` is 3850/1024): 0 is all of a node's memory; None where it
+    is not a whole number of MB."""
     found = re.fullmatch(r"(\d+)([KMGT]?)B?", text.upper())
     if found is None:
         return None
     value = int(found[1])
     if value == 0:
         return "all"
-    scale = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "": 1 / 1024, "G": 1, "T": 1024}[found[2]]
-    return max(1, -(-int(value * scale * 1000) // 1000))
+    megabytes = {"K": value / 1024, "M": value, "": value, "G": value * 1024, "T": value * 1024 ** 2}[found[2]]
+    if not float(megabytes).is_integer():
+        return None
+    return int(megabytes // 1024) if megabytes % 1024 == 0 else megabytes / 1024
 
 
 FLAGS = {"exclusive", "requeue", "no-requeue", "overcommit", "no-container-entrypoint", "exact", "label",
@@ -83,6 +86,44 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
     if pending:
         out.append((start, pending))
     return out
+
+
+def directive_words(text: str) -> list[str]:
+    """The words of an ``#SBATCH`` line after the magic word, as sbatch reads them (not as bash does): quotes
+    group, a backslash escapes one character, and an unquoted ``#`` ends the line, even inside a word.
+    ValueError for a quote that does not close (sbatch's own refusal)."""
+    found: list[str] = []
+    word: list[str] | None = None
+    quote = ""
+    escaped = False
+    for character in text:
+        if escaped:
+            escaped = False
+        elif character == "\\":
+            escaped = True
+            word = word if word is not None else []
+            continue
+        elif quote:
+            if character == quote:
+                quote = ""
+                continue
+        elif character in "\"'":
+            quote, word = character, word if word is not None else []
+            continue
+        elif character == "#":
+            break
+        elif character.isspace():
+            if word is not None:
+                found.append("".join(word))
+            word = None
+            continue
+        word = word if word is not None else []
+        word.append(character)
+    if quote:
+        raise ValueError(f"its {quote} does not close")
+    if word is not None:
+        found.append("".join(word))
+    return found
 
 
 def words(line: str) -> list[str]:

@@ -113,4 +113,4 @@ def _point_script(plan: LaunchPlan[SbatchJob]) -> str:
 
 BACKEND: Backend[SbatchJob] = SlurmBackend("sbatch", SlurmLauncher(
     build=build_sbatch, submit=_submit, render=_render, array=_array, submit_array=_submit_array,
-    render_array=_render_array, where=lambda plan: Cluster(plan.job.remote)))
+    render_array=_render_array, where=lambda plan: Cluster(plan.job.remote)), restarts_workers=True)

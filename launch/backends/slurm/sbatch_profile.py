@@ -1,0 +1,192 @@
+"""The profile and the ``launch submit`` command a reading of a batch script becomes, or the reasons it cannot. Pure."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from launch.backends.slurm import sbatch_text
+from launch.backends.slurm.options import BY_SBATCH_OPTION, MANAGED_SRUN_OPTIONS, SBATCH_OPTIONS
+from launch.backends.slurm.sbatch_reading import Reading, procs_per_node
+from launch.backends.slurm.sbatch_values import Refused
+from launch.backends.slurm.training_step import Step
+
+NOT_CARRIED = {"error": "launch writes the job's errors with its output",
+               "export": "launch exports the environment (ALL)", "open-mode": "launch appends to its own logs",
+               "array": "use `launch sweep` for arrays", "chdir": "launch runs the job from the folder you submit from",
+               "signal": "kept as slurm.requeue_signal and slurm.signal_delay_s, which the submitit launcher uses"}
+
+
+def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The profile (YAML data) and ``launch submit`` command for a reading; Refused where they cannot say it."""
+    reasons: list[tuple[int, str]] = []
+    step = reading.step
+    procs = procs_per_node(reading)
+    options = dict(reading.options)
+    if step.launcher != "task" and reading.tasks_per_node != 1:
+        reasons.append((reading.step_line, f"line {reading.step_line}: {step.launcher} runs once per task, and the job "
+                                           f"has {reading.tasks_per_node} tasks per node: launch runs one per node"))
+    if step.launcher == "accelerate" and step.processes is not None and step.processes.isdigit() \
+            and int(step.processes) % reading.nodes:
+        reasons.append((reading.step_line, f"--num_processes {step.processes} on {reading.nodes} nodes: not the same "
+                                           "number on every node"))
+    gpus = reading.gpus_per_node
+    chosen = device or ("cuda" if gpus else None)
+    if chosen is None:
+        reasons.append((0, "no GPU directive (--gpus-per-node, --gres=gpu:N, --gpus-per-task, --gpus): launch cannot "
+                           "tell whether the job runs on GPUs; say --device cuda (the partition gives them) or "
+                           "--device cpu"))
+    elif gpus and gpus != procs:
+        reasons.append((reading.step_line, f"{gpus} GPUs per node for {procs} processes per node: launch runs one "
+                                           "process per GPU; ask for as many GPUs as processes (each process of "
+                                           "yours that uses several GPUs itself is not a form launch runs)"))
+    slurm: dict[str, Any] = {}
+    if "job-name" in options:
+        slurm["job_name"] = options.pop("job-name")
+    if "time" in options:
+        minutes = sbatch_text.minutes(options.pop("time") or "")
+        if minutes is None:
+            reasons.append((0, f"--time={reading.options['time']}: not a time sbatch takes"))
+        slurm["time_min"] = minutes
+    cpus = options.pop("cpus-per-task", None)
+    if cpus is not None:
+        per_task = int(cpus) if cpus.isdigit() else None
+        if per_task is None:
+            reasons.append((0, f"--cpus-per-task={cpus}: not a number"))
+        elif step.launcher == "task":
+            slurm["cpus_per_task"] = per_task
+        elif per_task % procs:
+            reasons.append((0, f"--cpus-per-task={cpus} for the {procs} processes of a node: launch asks per process, "
+                               "and that is not a whole number"))
+        else:
+            slurm["cpus_per_task"] = per_task // procs
+    for option in ("mem", "mem-per-gpu", "mem-per-cpu"):
+        if option in options:
+            value = options.pop(option) or ""
+            read = sbatch_text.gigabytes(value)
+            if read is None:
+                reasons.append((0, f"--{option}={value}: not a size launch reads (N, NK, NM, NG, NT)"))
+            else:
+                slurm[BY_SBATCH_OPTION[option].key] = read
+    for option in ("partition", "account", "qos", "constraint"):
+        if option in options:
+            slurm[BY_SBATCH_OPTION[option].key] = options.pop(option)
+    if "exclusive" in options:
+        flag = options.pop("exclusive")
+        if flag:
+            reasons.append((0, f"--exclusive={flag}: launch asks for --exclusive alone"))
+        slurm["exclusive"] = True
+    if gpus and chosen == "cuda":
+        slurm["gpus_per_node"] = gpus
+        if reading.gpu_type:
+            slurm["gpu_type"] = reading.gpu_type
+    elif chosen == "cuda":
+        slurm["gpus_per_node"] = 0
+    for option in ("gpus-per-node", "gres", "gpus-per-task", "gpus", "nodes", "ntasks", "ntasks-per-node"):
+        options.pop(option, None)
+    if "output" in options:
+        slurm["output"] = options.pop("output")
+    signal = options.pop("signal", None)
+    if signal:
+        name_, _, delay = signal.removeprefix("B:").partition("@")
+        if name_.removeprefix("SIG") in ("USR1", "USR2"):
+            slurm["requeue_signal"] = name_.removeprefix("SIG")
+            if delay.isdigit():
+                slurm["signal_delay_s"] = int(delay)
+    srun_args, container = _srun(step, reasons)
+    if srun_args:
+        slurm["srun_args"] = srun_args
+    extra: dict[str, str] = {}
+    for option, given in options.items():
+        if option in NOT_CARRIED:
+            continue
+        if option not in SBATCH_OPTIONS:
+            reasons.append((0, f"#SBATCH --{option}: not an sbatch option launch knows"))
+        else:
+            extra[option] = given or ""
+    if extra:
+        slurm["extra_sbatch"] = extra
+    if reasons:
+        raise Refused(reasons)
+    profile: dict[str, Any] = {"name": name, "kind": "slurm", "nodes": reading.nodes, "procs_per_node": procs,
+                               "device": chosen}
+    if step.python:
+        profile["python"] = step.python
+    if step.prefix:
+        profile["prefix"] = list(step.prefix)
+    env = {export.name: export.value for export in reading.env}
+    env.update({name_: value for name_, value in step.env})
+    env.update({secret: "${" + secret + "}" for secret in reading.secrets})
+    if env:
+        profile["env"] = env
+    if reading.module_purge:
+        profile["module_purge"] = True
+    for key in ("modules", "setup", "node_setup", "after"):
+        values = list(getattr(reading, key)) + (list(step.setup) if key == "setup" else [])
+        if values:
+            profile[key] = values
+    if container:
+        profile["container"] = container
+    profile["slurm"] = slurm
+    return profile, _command(reading, name)
+
+
+def _srun(step: Step, reasons: list[tuple[int, str]]) -> tuple[list[str], dict[str, Any] | None]:
+    args: list[str] = []
+    pyxis: dict[str, Any] = {}
+    options: list[str] = []
+    for option, value in step.srun:
+        option = {"cpu_bind": "cpu-bind", "mem_bind": "mem-bind"}.get(option, option)
+        if option == "container-image":
+            pyxis["image"] = value
+        elif option == "container-mounts":
+            pyxis["mounts"] = [_own_path(mount) for mount in (value or "").split(",") if mount]
+        elif option == "container-workdir":
+            pyxis["workdir"] = value
+        elif option == "no-container-entrypoint":
+            pass  # launch's own
+        elif option.startswith(("container-", "no-container-")):
+            options.append(f"--{option}" + (f"={value}" if value is not None else ""))
+        elif option == "environment":
+            reasons.append((0, f"srun --environment={value}: the container engine's environment file; launch does "
+                               "not run it yet"))
+        elif option in MANAGED_SRUN_OPTIONS:
+            pass  # noted: launch sets it on the step itself
+        else:
+            args.append(f"--{option}" + (f"={value}" if value is not None else ""))
+    if pyxis:
+        if step.container is not None:
+            reasons.append((0, f"pyxis and {step.container.runtime}: two containers"))
+        if "image" not in pyxis:
+            reasons.append((0, "pyxis options without --container-image"))
+        return args, {"image": pyxis.get("image"), "runtime": "pyxis", **({"mounts": pyxis["mounts"]}
+                                                                           if pyxis.get("mounts") else {}),
+                      **({"workdir": pyxis["workdir"]} if pyxis.get("workdir") else {}),
+                      **({"options": options} if options else {})}
+    if step.container is not None:
+        inside = step.container
+        return args, {"image": inside.image, "runtime": inside.runtime,
+                      **({"mounts": list(inside.mounts)} if inside.mounts else {}),
+                      **({"workdir": inside.workdir} if inside.workdir else {}),
+                      **({"options": list(inside.options)} if inside.options else {})}
+    return args, None
+
+
+def _own_path(mount: str) -> str:
+    return mount if ":" in mount else f"{mount}:{mount}"
+
+
+def _command(reading: Reading, name: str) -> list[str]:
+    step = reading.step
+    strategy = "accelerate" if step.launcher == "accelerate" else "ddp"
+    command = ["python", "-m", "launch", "submit", "--profile", f"{name}.yaml",
+               "--launcher", "submitit" if step.launcher == "task" else "sbatch", "--strategy", strategy]
+    if step.accelerate_config:
+        command += ["--accelerate-config", step.accelerate_config]
+    if step.max_restarts not in (None, "0"):
+        command += ["--max-restarts", str(step.max_restarts)]
+    entry, args = step.entry, list(reading.args)
+    if any(re.search(r"\$\{[A-Za-z_]", word) for word in [entry[1], *args]):
+        command.append("--expand-args")
+    command += [entry[0], entry[1], *(["--"] if args else []), *args]
+    return command

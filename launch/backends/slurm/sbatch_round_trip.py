@@ -1,0 +1,140 @@
+"""The round trip of ``from-sbatch``: the new profile rendered into launch's own batch script, that script read
+back as the user's was, and the two compared on what matters (nodes, tasks, GPUs, memory, time, where it runs,
+each variable's value, modules and set-up in order, what runs with which arguments, the container). A profile
+is written only where every row is the same.
+
+The submitit launcher (srun's tasks as the processes) asks SLURM for the same as launch's batch script, so the
+comparison renders the batch script for either.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from launch.backends.slurm import sbatch_text
+from launch.backends.slurm.sbatch_profile import NOT_CARRIED
+from launch.backends.slurm.sbatch_reading import Reading, memory_fact
+from launch.core.entrypoint import Target
+
+RUN_DIR = "/launch-round-trip/run"  # where the render puts its run folder: its logs and mounts are launch's own
+
+
+@dataclass(frozen=True)
+class Row:
+    what: str
+    script: str
+    profile: str
+
+    @property
+    def same(self) -> bool:
+        return self.script == self.profile
+
+
+def facts(reading: Reading, *, own: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """What matters of a job, as text a person reads, in the comparison's order; ``own`` are the folders a
+    render of launch's mounts itself (its run folder, the submitting folder)."""
+    options = reading.options
+    step = reading.step
+    rows = [("nodes", str(reading.nodes)),
+            ("processes per node", str(reading.procs_per_node)),
+            ("GPUs per node", f"{reading.gpu_type + ':' if reading.gpu_type else ''}{reading.gpus_per_node}"
+             if reading.gpus_per_node else "none asked"),
+            ("CPUs per process", _cpus(reading)),
+            ("memory", memory_fact(reading)),
+            ("time", f"{sbatch_text.minutes(options['time'] or '')} min" if options.get("time") else
+             "the partition's default")]
+    for option in ("partition", "account", "qos", "constraint"):
+        rows.append((option, options.get(option) or "-"))
+    rows.append(("exclusive", "yes" if "exclusive" in options else "no"))
+    shown = {"job-name", "time", "partition", "account", "qos", "constraint", "exclusive", "nodes", "ntasks",
+             "ntasks-per-node", "cpus-per-task", "mem", "mem-per-gpu", "mem-per-cpu", "gpus-per-node", "gres",
+             "gpus-per-task", "gpus", "signal", "output", *NOT_CARRIED}
+    rows.append(("other #SBATCH options", " ".join(sorted(f"--{name}" + (f"={value}" if value else "")
+                                                          for name, value in options.items() if name not in shown))
+                 or "-"))
+    rows.append(("batch log", options.get("output") or "the run folder"))
+    env = [f"{export.name}={export.value}" for export in reading.env]
+    env += [f"{name}={value}" for name, value in step.env]
+    env += [f"{name} (a secret, from where you submit)" for name in reading.secrets]
+    rows.append(("environment", "\n".join(env) or "-"))
+    shell = (["module purge"] if reading.module_purge else []) + \
+        ([shlex.join(["module", "load", *reading.modules])] if reading.modules else []) + \
+        list(reading.setup) + list(step.setup)
+    rows.append(("modules and setup, in order", "\n".join(shell) or "-"))
+    rows.append(("once per node first", "\n".join(reading.node_setup) or "-"))
+    rows.append(("after", "\n".join(reading.after) or "-"))
+    container = step.container
+    pyxis = dict(step.srun)
+    if "container-image" in pyxis:
+        rows.append(("container", f"pyxis {pyxis['container-image']}"))
+        rows.append(("container mounts", _mounts((pyxis.get("container-mounts") or "").split(","), own)))
+    elif container is not None:
+        rows.append(("container", f"{container.runtime} {container.image}"))
+        rows.append(("container mounts", _mounts(container.mounts, own)))
+    else:
+        rows.append(("container", "-"))
+    rows.append(("runs", shlex.join([*step.prefix, *(["python"] if not step.python else [step.python]),
+                                     *(["-m"] if step.entry[0] == "--module" else []), step.entry[1],
+                                     *reading.args])))
+    rows.append(("runs from", reading.workdir or "the folder you submit from"))
+    rows.append(("restarts of a node's workers", step.max_restarts or "0"))
+    return rows
+
+
+def _cpus(reading: Reading) -> str:
+    cpus = reading.options.get("cpus-per-task")
+    if cpus is None or not cpus.isdigit():
+        return cpus or "the partition's default"
+    per_task = int(cpus)
+    if reading.step.launcher == "task":
+        return str(per_task)
+    procs = reading.procs_per_node
+    return str(per_task // procs) if per_task % procs == 0 else f"{per_task}/{procs}"
+
+
+def _mounts(mounts: tuple[str, ...] | list[str], own: tuple[str, ...]) -> str:
+    kept = [mount for mount in mounts if mount and mount.split(":")[0] not in own]
+    return ", ".join(kept) or "-"
+
+
+def compare(script: Reading, rendered: Reading, *, workdir: str) -> list[Row]:
+    """The script's facts beside those of launch's render of its profile (rendered from ``workdir``)."""
+    ours = dict(facts(rendered, own=(RUN_DIR, workdir)))
+    return [Row(what, theirs, ours.get(what, "-")) for what, theirs in facts(script)]
+
+
+def rendered_script(profile_file: Path, command: list[str], *, workdir: str) -> str:
+    """launch's batch script for the profile file and the ``submit`` command (its code, arguments, strategy)."""
+    from launch.backends import load_profile
+    from launch.backends.slurm.through_sbatch import BACKEND
+    from launch.core.plan import plan_for
+    from launch.launchers.strategies import get_strategy
+
+    profile = load_profile(str(profile_file))
+    entry = command.index("--script") if "--script" in command else command.index("--module")
+    args = tuple(command[command.index("--") + 1:]) if "--" in command else ()
+    code = Target(script=command[entry + 1], args=args) if command[entry] == "--script" else \
+        Target(module=command[entry + 1], args=args)
+    strategy = command[command.index("--strategy") + 1]
+    restarts = int(command[command.index("--max-restarts") + 1]) if "--max-restarts" in command else 0
+    plan = plan_for(profile, get_strategy(strategy), BACKEND, code, run_dir=RUN_DIR, python="python3",
+                    workdir=workdir, expand_args="--expand-args" in command, max_restarts=restarts)
+    return next(file.text for file in plan.files if file.text.startswith("#!/bin/bash"))
+
+
+def table(rows: list[Row]) -> str:
+    """The comparison as people read it: each row the script's value, and the profile's where it differs."""
+    width = max(len(row.what) for row in rows)
+    lines = []
+    for row in rows:
+        mark = "=" if row.same else "≠"
+        first, *rest = row.script.splitlines() or ["-"]
+        lines.append(f"  {mark} {row.what.ljust(width)}  {first}")
+        lines += [f"    {' ' * width}  {line}" for line in rest]
+        if not row.same:
+            theirs, *more = row.profile.splitlines() or ["-"]
+            lines.append(f"    {'launch'.rjust(width)}  {theirs}")
+            lines += [f"    {' ' * width}  {line}" for line in more]
+    return "\n".join(lines)

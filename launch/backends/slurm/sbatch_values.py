@@ -1,0 +1,186 @@
+"""The batch shell's variables as ``from-sbatch`` follows them: where the script sets one once, plainly, its value;
+where a value is only known when the job runs, a marker that carries why (so a word that needs it is refused with
+the reason, and one launch drops, such as a rendezvous address, costs nothing). Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from launch.backends.slurm import batch_script
+from launch.backends.slurm.batch_script import Statement, Word
+from launch.core.rendezvous import TORCH_CONTRACT
+
+HEAD_NODE = re.compile(r"scontrol\s+show\s+hostnames?")
+
+
+HEAD_LIKE = re.compile(r"\bhostname\b|\$RANDOM|get_free_port")  # wiring in a variable named like it
+
+
+WIRING_NAME = re.compile(r"(?i)master|head|addr|port|rdzv|endpoint|node_?rank|nodes?_?(list|array)|ip\b")
+
+
+SLURM_SAME_EVERYWHERE = re.compile(r"SLURM_(JOB_ID|JOBID|JOB_NAME|NNODES|JOB_NUM_NODES|NTASKS|NPROCS|JOB_NODELIST|"
+                                   r"NODELIST|SUBMIT_DIR|CPUS_PER_TASK|GPUS_ON_NODE|GPUS_PER_NODE|JOB_ACCOUNT|"
+                                   r"JOB_PARTITION|ARRAY_TASK_ID|ARRAY_JOB_ID|RESTART_COUNT)\Z")
+
+
+class Refused(ValueError):
+    """The script is not one from-sbatch can bring over right: every reason, each with its line."""
+
+    def __init__(self, reasons: list[tuple[int, str]]) -> None:
+        super().__init__("; ".join(why for _, why in reasons))
+        self.reasons = reasons
+
+
+@dataclass(frozen=True)
+class Note:
+    line: int
+    text: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Export:
+    name: str
+    value: str  # as the profile's env writes it: ${NAME} expands where the job runs
+    line: int
+
+
+UNKNOWN = "__launch_unknown_"  # marks an unknown piece inside an evaluated word (a word even to bash)
+
+
+@dataclass
+class _Variable:
+    line: int
+    value: str | None  # evaluated; None: computed when the job runs
+    why: str
+    exported: bool = False
+    wiring: bool = False
+
+
+class Shell:
+    def __init__(self, script: batch_script.Script, *, workdir: str | None, run_dir: str | None) -> None:
+        self.script = script
+        self.workdir, self.run_dir = workdir, run_dir
+        self.notes: list[Note] = []
+        self.refusals: list[tuple[int, str]] = []
+        self.variables: dict[str, _Variable] = {}
+        self.reasons: dict[str, str] = {}  # unknown markers' reasons, by marker
+        self.env: list[Export] = []
+        self.modules: list[str] = []
+        self.module_purge = False
+        self.setup: list[str] = []
+        self.node_setup: list[str] = []
+        self.after: list[str] = []
+        self.secrets: list[str] = []
+        self.cd: str | None = None
+        self.compound_assigned: set[str] = set()
+        self.script_nodes: str | None = None
+        self.in_setup_block = False  # inside the setup block of a script launch rendered: its lines as written
+        self.step_only: dict[int, Statement] = {}  # setup lines that only set variables (unexported), by index
+
+    def note(self, statement: Statement | int, why: str, text: str | None = None) -> None:
+        line = statement if isinstance(statement, int) else statement.line
+        shown = text if text is not None else statement.shown() if isinstance(statement, Statement) else ""
+        self.notes.append(Note(line, shown.splitlines()[0] if shown else "", why))
+
+    def refuse(self, line: int, why: str) -> None:
+        self.refusals.append((line, why))
+
+    # -- values
+
+    def unknown(self, why: str) -> str:
+        marker = f"{UNKNOWN}{len(self.reasons)}__"
+        self.reasons[marker] = why
+        return marker
+
+    def evaluate(self, word: Word, line: int) -> list[str]:
+        """The word's value(s) as the batch shell makes them here: the script's variables substituted, the
+        environment's kept as ``${NAME}``, an unknown piece marked (its reason kept)."""
+        if word.text in ('"$@"', "$@", '"${@}"', "$*", '"$*"'):
+            return [self.unknown(f"{word.text}: the script passes on its own arguments; give them to launch "
+                                 "submit after --")]
+        value = "".join(self.variable(part.text, line) if part.variable else
+                        self.unknown(_computed(part.text, line)) if part.unknown else part.text for part in word.parts)
+        if word.split:
+            whole = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", word.text)
+            if whole and whole[1] not in self.variables and not SLURM_SAME_EVERYWHERE.match(whole[1]):
+                return [self.unknown(f"{word.text} is not set in the script: bash splits its value from where the "
+                                     "job is submitted into any number of words, which launch cannot know")]
+            if any(character.isspace() for character in value) or not value:
+                if re.search(r"[\"'\\]", value):
+                    return [self.unknown(f"{word.text}: its value holds quotes, which bash does not read again when "
+                                         "it splits it into words")]
+                return value.split()
+        return [value]
+
+    def variable(self, name: str, line: int) -> str:
+        found = self.variables.get(name)
+        if name in self.compound_assigned and (found is None or found.line < line):
+            return self.unknown(f"${name} is set inside an if, loop or function, so its value is not known "
+                                "before the job runs")
+        if found is None:
+            if re.fullmatch(r"[0-9]+|[#?$!*@-]", name):
+                return self.unknown(f"${name}: the script's own arguments or status")
+            return "${" + name + "}"  # the environment's (SLURM's, or where sbatch runs)
+        if found.value is None:
+            if found.exported and not found.wiring:
+                return "${" + name + "}"
+            return self.unknown(found.why)
+        return found.value
+
+    def assign(self, name: str, word: Word | None, statement: Statement, *, exported: bool) -> None:
+        known = self.variables.get(name)
+        if word is None:  # `export NAME` of one set before
+            if known is not None:
+                known.exported = True
+            else:
+                self.variables[name] = _Variable(statement.line, None, "", exported=True)
+            return
+        wiring = name in TORCH_CONTRACT or bool(HEAD_NODE.search(word.text)) or bool(
+            HEAD_LIKE.search(word.text) and WIRING_NAME.search(name)) or any(
+            (ref := self.variables.get(used)) is not None and ref.wiring for used in names_in(word.text))
+        values = self.evaluate(word, statement.line)
+        value = values[0] if len(values) == 1 else None  # unknown pieces stay marked in it
+        self.variables[name] = _Variable(statement.line, value, f"${name} is computed when the job runs (line "
+                                         f"{statement.line}: {statement.text.splitlines()[0]})",
+                                         exported=exported or (known is not None and known.exported), wiring=wiring)
+
+    def known(self, text: str) -> str | None:
+        """The first unknown piece's reason in ``text``, if any."""
+        found = re.search(UNKNOWN + r"[0-9]+__", text)
+        return self.reasons.get(found[0]) if found else None
+
+    def inner(self, word: Word, line: int) -> list[str]:
+        """A word of a ``bash -c`` command as that shell makes it: the batch shell's variables reach it only where
+        exported."""
+        pieces = []
+        for part in word.parts:
+            found = self.variables.get(part.text) if part.variable else None
+            if found is not None and not found.exported:
+                pieces.append(self.unknown(f"${part.text} is not exported, so the bash -c of line {line} does not "
+                                           "see it"))
+            elif part.variable:
+                pieces.append(self.variable(part.text, line))
+            elif part.unknown:
+                pieces.append(self.unknown(_computed(part.text, line)))
+            else:
+                pieces.append(part.text)
+        value = "".join(pieces)
+        if word.split and any(character.isspace() for character in value):
+            return value.split()
+        return [value]
+
+
+def _computed(text: str, line: int) -> str:
+    """Why a piece of a word has no value before the job runs."""
+    default = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?-(.*)\}", text, re.S)
+    if default:
+        return (f"{text} (line {line}): ${default[1]} where the job is submitted, if set there, else "
+                f"{default[2]}; launch cannot know which")
+    return f"{text} is computed when the job runs (line {line})"
+
+
+def names_in(text: str) -> list[str]:
+    return re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text)
