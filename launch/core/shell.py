@@ -17,7 +17,14 @@ class EnvRef:
     name: str
 
 
-Arg = str | EnvRef
+@dataclass(frozen=True)
+class EnvText:
+    """A value made of the task's variables when it starts (``${MASTER_ADDR}:${MASTER_PORT}``), never on the host."""
+
+    template: str
+
+
+Arg = str | EnvRef | EnvText
 # The one form of a value that the job expands where it runs: ${NAME}. Nothing else is ever evaluated.
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -58,7 +65,10 @@ def _double_quoted(text: str) -> str:
 
 
 def quote(arg: Arg) -> str:
-    """One argument as shell text: literals single-quoted as needed, ``EnvRef`` as ``"$NAME"``."""
+    """One argument as shell text: literals single-quoted as needed, ``EnvRef`` as ``"$NAME"``, ``EnvText`` with
+    its variables expanding."""
+    if isinstance(arg, EnvText):
+        return quote_expanding(arg.template)
     return f'"${arg.name}"' if isinstance(arg, EnvRef) else shlex.quote(arg)
 
 
@@ -74,6 +84,11 @@ def resolve(argv: Iterable[Arg], environ: Mapping[str, str]) -> list[str]:
             if arg.name not in environ:
                 raise SubmitError(f"the plan needs ${arg.name} from the environment, which is not set here")
             resolved.append(environ[arg.name])
+        elif isinstance(arg, EnvText):
+            missing = [name for name in REFERENCE.findall(arg.template) if name not in environ]
+            if missing:
+                raise SubmitError(f"the plan needs ${missing[0]} from the environment, which is not set here")
+            resolved.append(expand(arg.template, environ))
         else:
             resolved.append(arg)
     return resolved

@@ -21,6 +21,7 @@ class NodeContext:
     master_addr: Arg | None  # None: one node, whose launcher finds a free port itself
     master_port: Arg | None
     max_restarts: int = 0  # torchrun's elastic restarts of this node's workers
+    rendezvous_id: Arg | None = None  # the job's own id, for a rendezvous of several nodes that restarts (c10d)
 
 
 @dataclass(frozen=True, kw_only=True)

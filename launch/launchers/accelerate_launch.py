@@ -24,6 +24,8 @@ def node_argv(profile: Profile, python: str, node: NodeContext, process: list[st
                  "--main_process_port", node.master_port]
     if node.max_restarts:
         argv += ["--max_restarts", str(node.max_restarts)]
+        if profile.nodes > 1 and node.master_addr is not None:  # every node's workers restart together
+            argv += ["--rdzv_backend", "c10d"]
     if profile.prefix:  # the profile's prefix before each process's python (accelerate runs the command as given)
         return [*argv, "--no_python", *profile.prefix, python, *process]
     return [*argv, *process]

@@ -6,7 +6,9 @@ outcome, and ``${NAME}`` in env values expanded where the job runs."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,13 @@ def _profile(second_pair, folder: Path, module_site: dict[str, Path], node_setup
                            'export SITE_FROM_SETUP="set up on $(hostname)"'])
         + _lines("node_setup", node_setup)
         + _lines("after", ['echo "after: $SITE_MODULE $SITE_FROM_SETUP" > "$LAUNCH_RUN_DIR/after.txt"'])))
+
+
+def _with_run_dir(command: list[str], run_dir: Path) -> list[str]:
+    """The printed `python -m launch submit ...` with a run folder of the test's, before the code's arguments."""
+    args = command[3:]
+    at = args.index("--") if "--" in args else len(args)
+    return [*args[:at], "--run-dir", str(run_dir), *args[at:]]
 
 
 def _job_id(run_dir: Path) -> str:
@@ -135,17 +144,46 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, modul
         "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
         'srun bash -c "torchrun --nnodes 2 --nproc_per_node 2 --node_rank \\$SLURM_NODEID --master_addr $head '
         f'--master_port 29511 {PROBE} {out} --no-torch"\n')
-    converted = run_cli("from-sbatch", str(script), cwd=tmp_path)
+    converted = run_cli("from-sbatch", str(script), "--device", "cpu", cwd=tmp_path)
     assert converted.returncode == 0, converted.stderr
     command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
     assert command[:4] == ["python", "-m", "launch", "submit"]
-    done = run_cli(*command[3:], env=second_pair.env, cwd=tmp_path)
+    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=second_pair.env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
     assert {(rank["site"]["SITE_FROM_SCRIPT"], rank["site"]["SITE_MODULE"]) for rank in ranks} == \
         {("yes", "launchtest-1.0")}
     assert {rank["slurm"]["SLURM_JOB_NAME"] for rank in ranks} == {"converted"}
+    # the site's --output: the log is where the script put it, and the run folder links to it
+    job_id = _job_id(tmp_path / "run")
+    link = tmp_path / "run" / "logs" / f"slurm-{job_id}.out"
+    assert link.is_symlink() and link.resolve() == (tmp_path / f"slurm-{job_id}.out").resolve(), list(
+        (tmp_path / "run" / "logs").iterdir())
+
+
+def test_a_python_per_task_script_with_a_prefix_runs_through_submitit(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """srun's tasks as the processes (ranks from SLURM_PROCID), each under `nice -n 3`: the submitit launcher,
+    the prefix before every task's python, memory per CPU asked as written."""
+    out = tmp_path / "out"
+    script = tmp_path / "pertask.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --job-name=pertask\n#SBATCH --nodes=2 --ntasks-per-node=2\n"
+        f"#SBATCH --partition={second_pair.partition}\n#SBATCH --time=10\n#SBATCH --mem-per-cpu=100M\n"
+        "export SITE_FROM_SCRIPT=per-task\n"
+        f"srun -l nice -n 3 python {PROBE} {out} --no-torch\n")
+    converted = run_cli("from-sbatch", str(script), "--device", "cpu", cwd=tmp_path)
+    assert converted.returncode == 0, converted.stdout + converted.stderr
+    command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
+    assert command[command.index("--launcher") + 1] == "submitit"
+    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=second_pair.env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    assert {(rank["nice"], rank["site"]["SITE_FROM_SCRIPT"]) for rank in ranks} == {(3, "per-task")}
+    assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
+    job = subprocess.run(["scontrol", "show", "job", _job_id(tmp_path / "run")], capture_output=True, text=True,
+                         env={**os.environ, **second_pair.env}, check=False).stdout
+    assert "MinMemoryCPU=100M" in job, job
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])

@@ -225,7 +225,7 @@ def _write_state(run_dir: Path, **state: object) -> None:
 
 
 def _node_to_json(node: NodeCommand) -> dict[str, object]:
-    if any(isinstance(arg, shell.EnvRef) for arg in node.argv):
+    if any(isinstance(arg, shell.EnvRef | shell.EnvText) for arg in node.argv):
         raise SubmitError("a local node command cannot hold task-time references")
     return {"node_rank": node.node_rank, "argv": list(node.argv), "env": [list(p) for p in node.env],
             "cwd": node.cwd}

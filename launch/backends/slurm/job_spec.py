@@ -30,6 +30,7 @@ from launch.core.rendezvous import SLURM_NODE_ID
 from launch.core.shell import EnvRef
 from launch.core.strategy import NodeContext
 from launch.errors import LaunchError
+from launch.launchers.torchrun import restart_env
 
 ARRAY_SCRIPT = "array.sbatch"  # a sweep's array script, in the sweep folder
 _Job = TypeVar("_Job", "SbatchJob", SubmititJob)
@@ -66,7 +67,8 @@ def requeue_signals(profile: Profile) -> str:
 
 def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
     node = NodeContext(node_rank=EnvRef(SLURM_NODE_ID), master_addr=EnvRef("MASTER_ADDR"),
-                       master_port=EnvRef("MASTER_PORT"), max_restarts=inputs.max_restarts)
+                       master_port=EnvRef("MASTER_PORT"), max_restarts=inputs.max_restarts,
+                       rendezvous_id=EnvRef("SLURM_JOB_ID"))
     argv = head_first(inputs, node, node_argv(inputs, node, inputs.run_dir, inputs.python), inputs.run_dir,
                        inputs.python)
     return NodeCommand(node_rank=0, argv=contained(inputs, argv, env, inputs.run_dir, inputs.workdir), env=env,
@@ -111,7 +113,7 @@ def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[
 
 
 def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
-    env = plan_env(inputs, inputs.run_dir)
+    env = plan_env(inputs, inputs.run_dir, **restart_env(inputs.profile, inputs.max_restarts))
     node = _node(inputs, env)
     script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
     script = sbatch_script.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,

@@ -19,6 +19,9 @@ from launch.backends.slurm.sbatch_reading import Reading, memory_fact
 from launch.core.entrypoint import Target
 
 RUN_DIR = "/launch-round-trip/run"  # where the render puts its run folder: its logs and mounts are launch's own
+# What launch adds to a job's environment where the profile does not say otherwise (launch.core.plan.worker_env):
+# shown, not a difference.
+LAUNCH_ADDS = {"OMP_NUM_THREADS=1": "launch's default for CPU processes, as torchrun's"}
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,20 @@ def _mounts(mounts: tuple[str, ...] | list[str], own: tuple[str, ...]) -> str:
 
 
 def compare(script: Reading, rendered: Reading, *, workdir: str) -> list[Row]:
-    """The script's facts beside those of launch's render of its profile (rendered from ``workdir``)."""
+    """The script's facts beside those of launch's render of its profile (rendered from ``workdir``); what launch
+    adds by default is said on the environment's row."""
     ours = dict(facts(rendered, own=(RUN_DIR, workdir)))
-    return [Row(what, theirs, ours.get(what, "-")) for what, theirs in facts(script)]
+    rows = []
+    for what, theirs in facts(script):
+        if what == "environment":
+            given = {line.split("=", 1)[0] for line in theirs.splitlines()}
+            added = [line for line in ours[what].splitlines() if line in LAUNCH_ADDS and line.split("=")[0] not in given]
+            kept = [line for line in ours[what].splitlines() if line not in added]
+            theirs += "".join(f"\n(launch adds {line}: {LAUNCH_ADDS[line]})" for line in added)
+            ours[what] = "\n".join(kept or ["-"]) + "".join(f"\n(launch adds {line}: {LAUNCH_ADDS[line]})"
+                                                          for line in added)
+        rows.append(Row(what, theirs, ours.get(what, "-")))
+    return rows
 
 
 def rendered_script(profile_file: Path, command: list[str], *, workdir: str) -> str:

@@ -15,8 +15,9 @@ from launch.backends.slurm.training_step import NotAStep, Step, peel, srun_optio
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.core.secrets import looks_secret
 from launch.core.site_shell import MODULE_INIT, NODE_SETUP
+from launch.launchers.torchrun import RESTART_ENV
 
-LAUNCH_DEFAULTS = {"PYTHONUNBUFFERED": "1", "TORCH_FR_BUFFER_SIZE": "2000"}  # launch sets them on every process
+LAUNCH_DEFAULTS = {"PYTHONUNBUFFERED": "1", "TORCH_FR_BUFFER_SIZE": "2000", **RESTART_ENV}  # launch sets them on every process
 
 
 TRAINING_WORDS = re.compile(r"(^|[\s/'\"])(torchrun|torch\.distributed\.(run|launch)|accelerate(\s+|-)launch|"
