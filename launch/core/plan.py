@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePath, PurePosixPath
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from launch.core import containers, site_shell
+from launch.core import containers, runtime_zip, site_shell
 from launch.core import environment as contract
 from launch.core.commands import PlanFile
 from launch.core.entrypoint import Target
@@ -62,6 +62,7 @@ class LaunchPlan(Generic[JobT_co]):
     env: tuple[tuple[str, str], ...]  # added to every process's inherited environment
     job: JobT_co
     snapshot: Snapshot | None = None  # the project copied into the run folder at submit; ``code`` runs the copy
+    runtime: str | None = None  # launch's runtime zip the image's processes import (written at submit), if any
 
     @property
     def world_size(self) -> int:
@@ -92,6 +93,7 @@ class PlanInputs:
     accelerate_config: UserConfig | None = None  # the user's own config file, for `accelerate launch`
     accelerate_wiring: NodeWiring | None = None  # the backend's: how each node's `accelerate launch` gets its rank
     snapshot: Snapshot | None = None
+    runtime: str | None = None  # in the job's run folder: launch's runtime zip for an image without launch
 
 
 class PlanBackend(Protocol):
@@ -157,11 +159,14 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
         code = in_snapshot(code, snapshot, run_dir=backend.job_run_dir(profile, run_dir, workdir), workdir=workdir)
     if check:
         code, profile = probe_target(code, profile), site_shell.modules_tried(profile)
+    # an image needs no launch of its own where the run folder reaches the nodes (shared, or shipped with it)
+    runtime = runtime_zip.path_in(backend.job_run_dir(profile, run_dir, workdir)) \
+        if profile.container is not None and not backend.own_hosts else None
     inputs = PlanInputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                         python=python, here_python=here_python, setup_python=setup_python, workdir=workdir,
                         max_restarts=max_restarts, checking=check, code=code, snapshot=snapshot,
                         expand_args=expand_args, accelerate_config=accelerate_config,
-                        accelerate_wiring=backend.accelerate_wiring)
+                        accelerate_wiring=backend.accelerate_wiring, runtime=runtime)
     return backend.build(inputs)
 
 
@@ -194,8 +199,8 @@ def process_command(inputs: PlanInputs) -> list[str]:
     return ["-m", WORKER, *code.argv()]
 
 
-def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
-               stop_signals: str = "", expand_args: bool = False) -> tuple[tuple[str, str], ...]:
+def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str, stop_signals: str = "",
+               expand_args: bool = False, runtime: str | None = None) -> tuple[tuple[str, str], ...]:
     """The variables added to every worker's inherited environment: launch's contract (``launch.job``) last,
     profile values winning over launch's defaults."""
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **strategy_env}
@@ -208,6 +213,8 @@ def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str,
     if profile.dist_backend in ("gloo", "nccl"):
         env[FLIGHT_RECORDER] = str(FLIGHT_RECORDS)  # each rank's recent collectives, for `launch stacks` and hangs
     env.update(profile.env)
+    if runtime is not None:  # launch's runtime zip first on the image's path, then the profile's (else the job's)
+        env["PYTHONPATH"] = f"{runtime}:{profile.env.get('PYTHONPATH', '${PYTHONPATH}')}"
     env.update({contract.RUN_DIR: run_dir, contract.CHECKPOINT_DIR: str(PurePosixPath(run_dir, CHECKPOINTS)),
                 contract.RESUME: "1", contract.PROFILE: profile.name, contract.DEVICE: profile.device,
                 contract.DIST_BACKEND: profile.dist_backend,
@@ -238,12 +245,14 @@ def plan_files(inputs: PlanInputs, run_dir: str) -> tuple[PlanFile, ...]:
 
 def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:
     return worker_env(inputs.profile, {**inputs.strategy.launcher.extra_env(inputs.profile), **wiring},
-                      run_dir=run_dir, stop_signals=stop_signals, expand_args=inputs.expand_args)
+                      run_dir=run_dir, stop_signals=stop_signals, expand_args=inputs.expand_args,
+                      runtime=inputs.runtime)
 
 
 def make_plan(inputs: PlanInputs, env: tuple[tuple[str, str], ...], job: JobT) -> LaunchPlan[JobT]:
     return LaunchPlan(profile=inputs.profile, strategy=inputs.strategy.name, code=inputs.code,
-                      bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job, snapshot=inputs.snapshot)
+                      bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job, snapshot=inputs.snapshot,
+                      runtime=inputs.runtime)
 
 
 def in_shell(inputs: PlanInputs, argv: tuple[Arg, ...], run_dir: str, *, after: bool = True) -> tuple[Arg, ...]:

@@ -39,12 +39,17 @@ def _wheel_bytes(name: str, version: str, files: Mapping[str, bytes], *, require
                 f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: launch\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     record = "".join(f"{path},sha256={_digest(data)},{len(data)}\n" for path, data in sorted(contents.items()))
     contents[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    return zip_bytes(contents)
+
+
+def zip_bytes(files: Mapping[str, bytes]) -> bytes:
+    """A zip of ``files`` (path inside -> bytes), sorted, with a fixed time: the same files, the same bytes."""
     packed = io.BytesIO()
-    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as wheel:
-        for arcname, data in sorted(contents.items()):  # sorted, with a fixed time: the same files, the same bytes
+    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for arcname, data in sorted(files.items()):
             entry = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
             entry.external_attr = 0o644 << 16
-            wheel.writestr(entry, data, compress_type=zipfile.ZIP_DEFLATED)
+            archive.writestr(entry, data, compress_type=zipfile.ZIP_DEFLATED)
     return packed.getvalue()
 
 
@@ -73,19 +78,21 @@ def _launch_files() -> tuple[tuple[str, bytes], ...]:
     from launch.core.profile_loader import BUNDLED_DIR
 
     found: dict[str, bytes] = {}
-    _add_tree(found, Path(__file__).resolve().parents[1], "launch")
+    add_tree(found, Path(__file__).resolve().parents[1], "launch")
     for yaml in sorted(BUNDLED_DIR.glob("*.yaml")):
         found.setdefault(f"launch/cluster_configs/{yaml.name}", yaml.read_bytes())
     found.setdefault("launch/cluster_configs/__init__.py", b"")
     examples = importlib.util.find_spec("launch_examples")
     if examples is not None and examples.submodule_search_locations:
-        _add_tree(found, Path(next(iter(examples.submodule_search_locations))), "launch_examples")
+        add_tree(found, Path(next(iter(examples.submodule_search_locations))), "launch_examples")
     return tuple(found.items())
 
 
-def _add_tree(found: dict[str, bytes], root: Path, prefix: str) -> None:
+def add_tree(found: dict[str, bytes], root: Path, prefix: str, *, suffix: str = "") -> None:
+    """The files under ``root`` (those ending in ``suffix``, if given) as ``prefix/...``, caches left out."""
     for path in sorted(root.rglob("*")):
-        if path.is_file() and not any(part.endswith(_SKIPPED) for part in path.relative_to(root).parts):
+        if path.is_file() and path.name.endswith(suffix) and \
+                not any(part.endswith(_SKIPPED) for part in path.relative_to(root).parts):
             found[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
 
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from launch.core import snapshot
+from launch.core import runtime_zip, snapshot
 from launch.core.layout import (
     LOGS,
     OOM_HINT,
@@ -77,6 +77,8 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -
         raise SubmitError(f"--run-dir {run_dir}: cannot write there ({error.strerror})") from None
     if plan.snapshot is not None:
         snapshot.copy_into(plan.snapshot, run_dir)
+    if plan.runtime is not None:  # an image without launch imports it from here
+        runtime_zip.write(run_dir)
     return checkpoint
 
 

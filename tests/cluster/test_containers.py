@@ -41,9 +41,11 @@ def podman_image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
-def _mounts(*extra: Path) -> str:
-    """The host's Python, its libraries and this project (the editable install) inside the image, read-only."""
-    paths = dict.fromkeys(["/usr", "/lib", "/lib64", "/bin", sys.base_prefix, sys.prefix, str(ROOT)])
+def _mounts(*extra: Path, with_launch: bool = True) -> str:
+    """The host's Python, its libraries (torch among them) and this project (the editable install of launch, unless
+    not ``with_launch``) inside the image, read-only."""
+    paths = dict.fromkeys(["/usr", "/lib", "/lib64", "/bin", sys.base_prefix, sys.prefix,
+                           *([str(ROOT)] if with_launch else [])])
     return "".join(f"    - {path}:{path}:ro\n" for path in paths if Path(path).exists()) + \
         "".join(f"    - {path}:{path}\n" for path in extra)
 
@@ -72,6 +74,28 @@ def test_every_rank_runs_in_the_podman_image_with_the_same_wiring_folders_and_se
         assert (run_dir / "logs" / f"rank-{index}.log").is_file()
     assert "tok-4711" not in "".join(path.read_text(errors="replace") for path in run_dir.rglob("*")
                                       if path.is_file() and path.suffix in (".sbatch", ".sh", ".txt", ".json"))
+
+
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
+def test_an_image_with_python_and_torch_and_no_launch_runs_the_job(  # type: ignore[no-untyped-def]
+        second_pair, podman_image, tmp_path: Path, launcher: str) -> None:
+    """Published images (NGC's among them) have no launch: its runtime comes from the run folder's zip, on the
+    image's path, and every rank runs it there, torch's collective included."""
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    mounts = _mounts(out.parent, with_launch=False)
+    volumes = [word for line in mounts.splitlines() for word in ("--volume", line.strip().removeprefix("- "))]
+    bare = subprocess.run(["podman", "run", "--rm", *volumes, IMAGE, sys.executable, "-c", "import torch, launch"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **podman_image})
+    assert bare.returncode != 0 and "No module named 'launch'" in bare.stderr, "the image has torch and no launch"
+    profile = second_pair.profile(tmp_path, extra=(
+        f"python: {sys.executable}\ncontainer:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{mounts}"))
+    done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE), "--run-dir",
+                   str(run_dir), "--", str(out), env={**second_pair.env, **podman_image}, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    for rank in ranks:
+        assert rank["image"] == MARK and rank["sum"] == 10.0, "every rank in the image, one collective across them"
+        assert rank["launch_from"].startswith(str(run_dir / "launch-runtime.zip")), rank["launch_from"]
 
 
 def test_a_pyxis_container_on_a_cluster_without_pyxis_is_refused_at_submit(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

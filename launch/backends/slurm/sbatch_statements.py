@@ -12,6 +12,7 @@ from launch.backends.slurm import batch_script
 from launch.backends.slurm.batch_script import Statement
 from launch.backends.slurm.sbatch_values import Export, Note, Shell, names_in
 from launch.backends.slurm.training_step import NotAStep, Step, peel, srun_options, starts_code
+from launch.core import runtime_zip
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.core.secrets import looks_secret
 from launch.core.site_shell import MODULE_INIT, NODE_SETUP
@@ -229,6 +230,12 @@ def _declare(statement: Statement, reader: Shell, note: Any, quiet: bool) -> Non
                         for name, word in plain):
         for name, word in plain:
             value = word.template() or ""
+            own = f"{runtime_zip.path_in(reader.run_dir)}:" if reader.run_dir is not None else None
+            if name == "PYTHONPATH" and own is not None and value.startswith(own):  # a render's runtime zip first
+                value = value.removeprefix(own)
+                if value == "${PYTHONPATH}":
+                    note("PYTHONPATH: launch's own (its runtime, for an image without launch)")
+                    continue
             if LAUNCH_DEFAULTS.get(name) == value:
                 note(f"{name}={value}: launch sets it")
             elif looks_secret(name):

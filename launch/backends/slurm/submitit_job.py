@@ -83,6 +83,9 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     modules, setup and node_setup before the tasks (which start where setup left the shell) and ``after`` after
     them, also when a node's set-up failed."""
     setup: list[str] = []
+    python_path = dict(env).get("PYTHONPATH")
+    if python_path is not None and not profile.has_shell:  # what each task's python imports from (an image's)
+        setup = env_exports(profile, (("PYTHONPATH", python_path),))
     if profile.has_shell:
         after = site_shell.after_block(profile)
         setup = [f"cd {shlex.quote(workdir)}", *env_exports(profile, env), *site_shell.setup_block(profile, run_dir),
