@@ -284,3 +284,58 @@ def test_the_written_profile_renders_what_the_comparison_printed(tmp_path: Path,
     said = from_sbatch.convert_file(script, None)
     written = yaml.safe_load((tmp_path / "job.yaml").read_text())
     assert written["prefix"] == ["nsys", "profile", "-o", "/scratch/prof"] and "= runs " in said
+
+
+HEAD = "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2 --gpus-per-node=2\n"
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("set -a\nsource .env\nset +a\nsrun python t.py\n", "every variable set after it is exported"),
+    ("#SBATCH --array=0-9\nsrun python t.py --seed $SLURM_ARRAY_TASK_ID\n", "a job array: use `launch sweep`"),
+    ("srun -N1 python t.py\n", "srun --nodes=1 runs the step on some of the job's 2 nodes"),
+    ("srun --chdir=/proj python t.py\n", "srun --chdir=/proj: cd there before the step"),
+    ("srun --export=ALL,NCCL_DEBUG=INFO python t.py\n", "srun --export=ALL,NCCL_DEBUG=INFO"),
+    ("python t.py\n", "a command without srun runs once, in the batch shell on the first node"),
+    ("srun python t.py --run 'name=${exp}' --seed \"$SEED\"\n", "a literal ${exp}, which launch's --expand-args"),
+    ("srun python t.py --seed $RANDOM\n", "$RANDOM (line 3) is the batch shell's own"),
+    ("srun python t.py --rank $SLURM_LOCALID\n", "the first node's value, on every task"),
+    ("#SBATCH hetjob\n#SBATCH --nodes=1\nsrun python t.py\n", "a heterogeneous job"),
+    ("source venv/bin/activate\nsrun env PATH=/my/bin:$PATH python t.py\n", "PATH=/my/bin:${PATH} at the step comes "
+                                                                           "after the set-up"),
+    ('FILES="data/*.bin"\nsrun python t.py --files $FILES\n', "a pattern (data/*.bin) bash expands"),
+    ("srun --ntasks-per-node=1 mkdir -p /local/x\necho after\nsrun python t.py\n", "a set-up line after the "
+                                                                                   "one-task-per-node srun step"),
+    ("srun python $SCRATCH/t.py\n", "the code's path names a variable"),
+])
+def test_what_would_change_the_job_is_refused(body: str, why: str) -> None:
+    text = HEAD + body if not body.startswith("#SBATCH hetjob") else "#!/bin/bash\n#SBATCH --nodes=1\n" + body
+    assert why in _refused(text)
+
+
+def test_lines_kept_as_written_keep_their_redirections_appends_and_exports() -> None:
+    converted = _convert(HEAD + 'echo "$SLURM_JOB_ID" >> jobs.log\ncat > cfg.yaml <<EOF\nlr: 0.1\nEOF\n'
+                                "export PATH+=:/x\nA=1\nexport A\nLD_LIBRARY_PATH=/opt/nccl/lib:$LD_LIBRARY_PATH\n"
+                                "REPORT_DIR=/scratch/$(hostname)\nml purge\nlaunch_dir=/scratch/x\n"
+                                "srun python t.py --x $A --out $launch_dir\n")
+    assert converted.profile["setup"] == ['echo "$SLURM_JOB_ID" >> jobs.log', "cat > cfg.yaml <<EOF\nlr: 0.1\nEOF",
+                                          "export PATH+=:/x", "A=1", "export A",
+                                          "LD_LIBRARY_PATH=/opt/nccl/lib:$LD_LIBRARY_PATH",
+                                          "REPORT_DIR=/scratch/$(hostname)", "ml purge"]
+    assert "modules" not in converted.profile  # `ml purge` is Lmod's verb, not a module
+    # $REPORT_DIR is computed when the job runs, and not exported: refused where the step would need it
+    with pytest.raises(Refused):
+        _convert(HEAD + "REPORT_DIR=/scratch/$(hostname)\nsrun python t.py --report $REPORT_DIR\n")
+    assert converted.command[-4:] == ["--x", "1", "--out", "/scratch/x"]  # the script's own launch_dir: its value
+
+
+def test_the_steps_own_variables_and_python_are_kept_as_the_step_had_them() -> None:
+    converted = _convert(HEAD + 'NCCL_DEBUG=INFO OMP_NUM_THREADS=8 \\\n  srun python3 t.py\n')
+    assert converted.profile["env"] == {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "8"}
+    assert converted.profile["python"] == "python3"  # a name on PATH after the set-up, as the script had it
+    flags = _convert(HEAD + 'FLAGS="--a --b"\nEXTRA=$FLAGS srun python t.py\n')
+    assert flags.profile["env"]["EXTRA"] == "--a --b"  # an assignment's value is not split into words
+    one_node = _convert(HEAD + "srun --nodes=1 --ntasks-per-node=1 bash prep.sh\nsrun python t.py\n")
+    assert one_node.profile["setup"] == ["srun --nodes=1 --ntasks-per-node=1 bash prep.sh"]  # once, as written
+    assert "node_setup" not in one_node.profile
+    chdir = _convert(HEAD + "#SBATCH --chdir=/proj/code\n#SBATCH --signal=B:TERM@120\nsrun python t.py\n")
+    assert chdir.reading.workdir == "/proj/code" and any("--signal" in why for _, _, why in chdir.not_carried)

@@ -19,7 +19,8 @@ from launch.backends.slurm import sbatch_text
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _GLOB = re.compile(r"(?<!\\)[*?\[]")
 _ESCAPE_IN_DOUBLE_QUOTES = re.compile(r"\\([\\\"$`\n])")
-MAGIC_WORDS = ("#SBATCH", "#SLURM")  # what sbatch reads its options from, up to the first command
+# What sbatch reads its options from, up to the first command (sbatch's own code knows both words).
+MAGIC_WORDS = ("#SBATCH", "#SLURM")
 
 
 class ScriptError(ValueError):
@@ -110,6 +111,8 @@ def _parser() -> Any:
 
 def read(text: str) -> Script:
     """The script's directives (sbatch reads them up to the first command) and its statements."""
+    if "\r\n" in text:
+        raise ScriptError("DOS line breaks (\\r\\n): sbatch refuses the script too; convert it with dos2unix")
     statements = parse(text)
     first = statements[0].line if statements else len(text.splitlines()) + 1
     directives, late = [], []
@@ -124,6 +127,9 @@ def read(text: str) -> Script:
             words = sbatch_text.directive_words(line[len(magic):])
         except ValueError as error:
             raise ScriptError(f"line {number}: {error} (sbatch refuses it too)") from None
+        if any(word in ("hetjob", "packjob", ":") for word in words):
+            raise ScriptError(f"line {number}: a heterogeneous job (its components after {words[0]}...): launch runs "
+                              "one allocation")
         directives.append(Directive(number, line, tuple(sbatch_text.options(words)[0])))
     return Script(tuple(directives), statements, tuple(late))
 
@@ -171,19 +177,20 @@ def _statements(node: Any, source: bytes, first_line: int, background: bool) -> 
         inner = node.child_by_field_name("body")
         if inner is not None and inner.type == "command":
             body = inner
-            redirects = tuple(_text(child, source) for child in node.named_children if child is not inner)
+            redirects = tuple(_text(child, source) for child in node.named_children if child.type.endswith("redirect"))
     if body.type == "command":
         assignments = [child for child in body.named_children if child.type == "variable_assignment"]
         name = body.child_by_field_name("name")
-        if assignments and name is not None and name.start_point[0] > assignments[-1].end_point[0]:
+        between = source[assignments[-1].end_byte:name.start_byte] if assignments and name is not None else b""
+        if re.search(rb"(?<!\\)\n", between):
             # the grammar's misreading: `A=1 B=2` on one line and a command on the next, read as one command
             split = Statement(line, assignments[-1].end_point[0] + first_line,
                               source[assignments[0].start_byte:assignments[-1].end_byte].decode(), "assign",
                               assignments=tuple(_assignment(child, source) for child in assignments))
             rest = _command(body, source, first_line, skip=len(assignments), background=background,
-                            redirects=redirects, start=name)
+                            redirects=redirects, start=name, outer=node)
             return [split, rest]
-        return [_command(body, source, first_line, skip=0, background=background, redirects=redirects)]
+        return [_command(body, source, first_line, skip=0, background=background, redirects=redirects, outer=node)]
     if node.type in ("variable_assignment", "variable_assignments"):
         found = [node] if node.type == "variable_assignment" else \
             [child for child in node.named_children if child.type == "variable_assignment"]
@@ -221,7 +228,9 @@ def _statements(node: Any, source: bytes, first_line: int, background: bool) -> 
 
 
 def _command(node: Any, source: bytes, first_line: int, *, skip: int, background: bool,
-             redirects: tuple[str, ...], start: Any = None) -> Statement:
+             redirects: tuple[str, ...], outer: Any, start: Any = None) -> Statement:
+    """A simple command; its text (from ``start``, else its own start) runs to the end of ``outer``: the
+    redirections and here-documents of a redirected command are part of it."""
     named = node.named_children
     assignments = tuple(_assignment(child, source) for child in named[skip:] if child.type == "variable_assignment")
     words: list[Word] = []
@@ -236,8 +245,8 @@ def _command(node: Any, source: bytes, first_line: int, *, skip: int, background
         else:
             words.append(_word(child, source))
     begin = start if start is not None else node
-    text = source[begin.start_byte:node.end_byte].decode()
-    return Statement(begin.start_point[0] + first_line, node.end_point[0] + first_line, text, "command",
+    text = source[begin.start_byte:outer.end_byte].decode()
+    return Statement(begin.start_point[0] + first_line, outer.end_point[0] + first_line, text, "command",
                      words=tuple(words), assignments=assignments, redirects=(*extra_redirects, *redirects),
                      background=background)
 
@@ -246,6 +255,9 @@ def _assignment(node: Any, source: bytes) -> tuple[str, Word | None]:
     name = node.child_by_field_name("name")
     value = node.child_by_field_name("value")
     title = _text(name, source) if name is not None else _text(node, source).split("=", 1)[0]
+    if any(child.type == "+=" for child in node.children):  # appends to a value launch does not know
+        shown = _text(node, source)
+        return title, Word(shown, (Part(shown, unknown=True),))
     if value is None:
         return title, Word("", (Part(""),))
     return title, _word(value, source)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from launch.backends.slurm import sbatch_text
 from launch.backends.slurm.options import BY_SBATCH_OPTION, MANAGED_SRUN_OPTIONS, SBATCH_OPTIONS
 from launch.backends.slurm.sbatch_reading import Reading, procs_per_node
+from launch.backends.slurm.sbatch_statements import NOTED_OPTIONS, REFUSED_OPTIONS
 from launch.backends.slurm.sbatch_values import Refused
 from launch.backends.slurm.training_step import Step
 
-NOT_CARRIED = {"error": "launch writes the job's errors with its output",
-               "export": "launch exports the environment (ALL)", "open-mode": "launch appends to its own logs",
-               "array": "use `launch sweep` for arrays", "chdir": "launch runs the job from the folder you submit from",
-               "signal": "kept as slurm.requeue_signal and slurm.signal_delay_s, which the submitit launcher uses"}
+DEFAULT_PYTHON = "python3"  # what runs torchrun or accelerate where the script calls them by their own names
+NOT_CARRIED = frozenset({*NOTED_OPTIONS, *REFUSED_OPTIONS, "chdir"})  # #SBATCH options no key of the profile takes
 
 
 def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -31,7 +29,7 @@ def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tup
         reasons.append((reading.step_line, f"--num_processes {step.processes} on {reading.nodes} nodes: not the same "
                                            "number on every node"))
     gpus = reading.gpus_per_node
-    chosen = device or ("cuda" if gpus else None)
+    chosen = device or ("cuda" if gpus else "cpu" if reading.gpus_given else None)
     if chosen is None:
         reasons.append((0, "no GPU directive (--gpus-per-node, --gres=gpu:N, --gpus-per-task, --gpus): launch cannot "
                            "tell whether the job runs on GPUs; say --device cuda (the partition gives them) or "
@@ -110,8 +108,7 @@ def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tup
         raise Refused(reasons)
     profile: dict[str, Any] = {"name": name, "kind": "slurm", "nodes": reading.nodes, "procs_per_node": procs,
                                "device": chosen}
-    if step.python:
-        profile["python"] = step.python
+    profile["python"] = step.python or DEFAULT_PYTHON  # torchrun, accelerate: python3 -m ... on PATH after set-up
     if step.prefix:
         profile["prefix"] = list(step.prefix)
     env = {export.name: export.value for export in reading.env}
@@ -136,7 +133,6 @@ def _srun(step: Step, reasons: list[tuple[int, str]]) -> tuple[list[str], dict[s
     pyxis: dict[str, Any] = {}
     options: list[str] = []
     for option, value in step.srun:
-        option = {"cpu_bind": "cpu-bind", "mem_bind": "mem-bind"}.get(option, option)
         if option == "container-image":
             pyxis["image"] = value
         elif option == "container-mounts":
@@ -186,7 +182,7 @@ def _command(reading: Reading, name: str) -> list[str]:
     if step.max_restarts not in (None, "0"):
         command += ["--max-restarts", str(step.max_restarts)]
     entry, args = step.entry, list(reading.args)
-    if any(re.search(r"\$\{[A-Za-z_]", word) for word in [entry[1], *args]):
+    if reading.expand_args:
         command.append("--expand-args")
     command += [entry[0], entry[1], *(["--"] if args else []), *args]
     return command

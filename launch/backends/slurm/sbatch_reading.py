@@ -10,7 +10,7 @@ from launch.backends.slurm import batch_script, sbatch_text
 from launch.backends.slurm import sbatch_statements as sort
 from launch.backends.slurm.batch_script import Statement
 from launch.backends.slurm.options import MANAGED_SRUN_OPTIONS, memory_text
-from launch.backends.slurm.sbatch_values import Export, Note, Refused, Shell
+from launch.backends.slurm.sbatch_values import Export, Note, Refused, Shell, names_in
 from launch.backends.slurm.training_step import Step
 
 
@@ -23,6 +23,7 @@ class Reading:
     nodes: int
     tasks_per_node: int
     gpus_per_node: int  # 0: none asked
+    gpus_given: bool  # a GPU directive is there (one of 0 GPUs too)
     gpu_type: str | None
     env: tuple[Export, ...]  # exported before any other set-up: the profile's env
     module_purge: bool
@@ -35,6 +36,7 @@ class Reading:
     args: tuple[str, ...]  # the code's arguments, ${NAME} where the job expands them
     workdir: str | None  # where the script starts the step (its cd), None: where it is submitted
     secrets: tuple[str, ...] = ()
+    expand_args: bool = False  # the arguments name variables the job expands (${NAME})
     notes: tuple[Note, ...] = ()
 
     @property
@@ -51,9 +53,15 @@ def read(text: str, *, workdir: str | None = None, run_dir: str | None = None) -
     except batch_script.ScriptError as error:
         raise Refused([(0, str(error))]) from None
     reader = Shell(script, workdir=workdir, run_dir=run_dir)
-    options, notes = sort.directives(script, run_dir)
-    reader.notes += notes
+    options = sort.directives(script, run_dir, reader)
     reader.script_nodes = options.get("nodes")
+    chdir = options.pop("chdir", None)
+    if chdir is not None and chdir not in (".", "./"):  # the job's folder: as the script's own cd
+        if chdir.startswith("/"):
+            reader.cd = chdir
+        else:
+            reader.refuse(0, f"--chdir={chdir}: relative to where sbatch is run, which launch cannot know; give the "
+                             "folder's whole path")
     for line in script.late_directives:
         reader.note(line, "an #SBATCH line after the first command: sbatch ignores it, and so does launch",
                     text.splitlines()[line - 1])
@@ -88,13 +96,16 @@ def _reading(reader: Shell, options: dict[str, str | None], step: Step, statemen
         for piece in value if isinstance(value, tuple) else (value,):
             if isinstance(piece, str) and (why := reader.known(piece)):
                 reader.refuse(statement.line, f"line {statement.line}: {why}")
-    if step.launcher == "task" and step_options.get("ntasks-per-node") not in (None, str(tasks_per_node)):
-        reader.refuse(statement.line, f"line {statement.line}: srun's --ntasks-per-node differs from the job's")
+    _step_place(reader, options, step, statement, nodes, tasks_per_node)
+    if "${" in step.entry[1]:
+        reader.refuse(statement.line, f"line {statement.line}: {step.entry[1]}: the code's path names a variable; "
+                                      "launch takes the path as written (cd there, or write it whole)")
+    _step_env(reader, step, statement)
     if statement.background:
         reader.note(statement, "it runs in the background: launch runs it and waits for it")
     if statement.redirects:
         reader.note(statement, f"{' '.join(statement.redirects)}: launch writes each rank's output to the run folder")
-    sort.drop_step_only(reader, step)
+    sort.drop_step_only(reader, step, statement.text)
     for name in step.wiring:
         reader.note(statement, f"{name}: launch wires the nodes, ranks, head and rendezvous itself")
     for option, _ in step.srun:
@@ -104,12 +115,63 @@ def _reading(reader: Shell, options: dict[str, str | None], step: Step, statemen
         reader.note(statement, f"{what}: {why}")
     if reader.refusals:
         raise Refused(reader.refusals)
+    def without_literals(arg: str) -> str:
+        for brace in reader.literal_braces:
+            arg = arg.replace(brace, "")
+        return arg
+
+    expands = any(re.search(r"\$\{[A-Za-z_]", without_literals(arg)) for arg in args)
+    if expands and any(brace in arg for arg in args for brace in reader.literal_braces):
+        reader.refuse(statement.line, f"line {statement.line}: the arguments hold both variables the job expands and "
+                                      f"a literal {sorted(reader.literal_braces)[0]}, which launch's --expand-args "
+                                      "would expand too")
+    if reader.refusals:
+        raise Refused(reader.refusals)
     return Reading(options=options, nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus,
+                   gpus_given=any(name in options for name in ("gpus-per-node", "gres", "gpus-per-task", "gpus")),
                    gpu_type=gpu_type, env=tuple(reader.env), module_purge=reader.module_purge,
                    modules=tuple(reader.modules), setup=tuple(reader.setup), node_setup=tuple(reader.node_setup),
                    after=tuple(reader.after), step=step, step_line=statement.line, args=args, workdir=reader.cd,
-                   secrets=tuple(dict.fromkeys(reader.secrets)),
+                   secrets=tuple(dict.fromkeys(reader.secrets)), expand_args=expands,
                    notes=tuple(sorted(reader.notes, key=lambda note: note.line)))
+
+
+def _step_place(reader: Shell, options: dict[str, str | None], step: Step, statement: Statement, nodes: int,
+                tasks_per_node: int) -> None:
+    """Where the step runs, as launch would run it: on every node of the job, from the job's folder, with the
+    job's environment; a plain command (no srun) once, in the batch shell on the first node."""
+    line = statement.line
+    given = dict(step.srun)
+    if statement.name != "srun":
+        if nodes > 1 or (step.launcher == "task" and tasks_per_node > 1):
+            reader.refuse(line, f"line {line}: a command without srun runs once, in the batch shell on the first "
+                                f"node, not on the {nodes} nodes x {tasks_per_node} tasks the job asks for; run it "
+                                "with srun")
+        return
+    if given.get("nodes") not in (None, str(nodes)):
+        reader.refuse(line, f"line {line}: srun --nodes={given['nodes']} runs the step on some of the job's {nodes} "
+                            "nodes; launch runs it on all of them")
+    if step.launcher == "task" and given.get("ntasks-per-node") not in (None, str(tasks_per_node)):
+        reader.refuse(line, f"line {line}: srun's --ntasks-per-node differs from the job's")
+    if "chdir" in given:
+        reader.refuse(line, f"line {line}: srun --chdir={given['chdir']}: cd there before the step instead (launch "
+                            "runs the step where the batch script is)")
+    if (given.get("export") or "ALL").upper() != "ALL":
+        reader.refuse(line, f"line {line}: srun --export={given['export']}: put its variables in the environment "
+                            "before the step (export), which launch passes on as it is (ALL)")
+
+
+def _step_env(reader: Shell, step: Step, statement: Statement) -> None:
+    """Variables given at the step (``X=1 srun ...``, ``env X=1``, ``export`` in its bash -c) become the job's
+    env, which launch sets before the set-up: only where no set-up line could change or read them."""
+    shell = [*reader.setup, *reader.modules, *(["module purge"] if reader.module_purge else [])]
+    for name, value in step.env:
+        if not shell:
+            return
+        if names_in(value) or any(name in line for line in shell):
+            reader.refuse(statement.line, f"line {statement.line}: {name}={value} at the step comes after the set-up, "
+                                          "which may set or read it; launch sets the job's env before the set-up: "
+                                          "export it before the set-up, or after it as a set-up line")
 
 
 def _count(value: str | None, what: str, reader: Shell) -> int | None:
@@ -122,6 +184,9 @@ def _count(value: str | None, what: str, reader: Shell) -> int | None:
 
 
 def _nodes(options: dict[str, str | None], reader: Shell) -> int:
+    if "nodes" in options and options["nodes"] is None:
+        reader.refuse(0, "#SBATCH --nodes without a number")
+        return 1
     tasks, per_node = options.get("ntasks"), options.get("ntasks-per-node")
     if "nodes" not in options and tasks and per_node and tasks.isdigit() and per_node.isdigit() \
             and int(per_node) and int(tasks) % int(per_node) == 0:

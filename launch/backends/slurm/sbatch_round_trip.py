@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch.backends.slurm import sbatch_text
-from launch.backends.slurm.sbatch_profile import NOT_CARRIED
+from launch.backends.slurm.sbatch_profile import DEFAULT_PYTHON, NOT_CARRIED
 from launch.backends.slurm.sbatch_reading import Reading, memory_fact
 from launch.core.entrypoint import Target
 
@@ -78,8 +78,8 @@ def facts(reading: Reading, *, own: tuple[str, ...] = ()) -> list[tuple[str, str
         rows.append(("container mounts", _mounts(container.mounts, own)))
     else:
         rows.append(("container", "-"))
-    rows.append(("runs", shlex.join([*step.prefix, *(["python"] if not step.python else [step.python]),
-                                     *(["-m"] if step.entry[0] == "--module" else []), step.entry[1],
+    rows.append(("python", step.python or DEFAULT_PYTHON))
+    rows.append(("runs", shlex.join([*step.prefix, *(["-m"] if step.entry[0] == "--module" else []), step.entry[1],
                                      *reading.args])))
     rows.append(("runs from", reading.workdir or "the folder you submit from"))
     rows.append(("restarts of a node's workers", step.max_restarts or "0"))
@@ -110,7 +110,8 @@ def compare(script: Reading, rendered: Reading, *, workdir: str) -> list[Row]:
     for what, theirs in facts(script):
         if what == "environment":
             given = {line.split("=", 1)[0] for line in theirs.splitlines()}
-            added = [line for line in ours[what].splitlines() if line in LAUNCH_ADDS and line.split("=")[0] not in given]
+            added = [line for line in ours[what].splitlines()
+                     if line in LAUNCH_ADDS and line.split("=")[0] not in given]
             kept = [line for line in ours[what].splitlines() if line not in added]
             theirs += "".join(f"\n(launch adds {line}: {LAUNCH_ADDS[line]})" for line in added)
             ours[what] = "\n".join(kept or ["-"]) + "".join(f"\n(launch adds {line}: {LAUNCH_ADDS[line]})"

@@ -13,12 +13,14 @@ from launch.backends.slurm.batch_script import Statement
 from launch.backends.slurm.sbatch_values import Export, Note, Shell, names_in
 from launch.backends.slurm.training_step import NotAStep, Step, peel, srun_options, starts_code
 from launch.core import runtime_zip
+from launch.core.environment import EXPAND_ARGS
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.core.secrets import looks_secret
 from launch.core.site_shell import MODULE_INIT, NODE_SETUP
 from launch.launchers.torchrun import RESTART_ENV
 
-LAUNCH_DEFAULTS = {"PYTHONUNBUFFERED": "1", "TORCH_FR_BUFFER_SIZE": "2000", **RESTART_ENV}  # launch sets them on every process
+# What launch sets on every process anyway (an export of the same value is its own, left out).
+LAUNCH_DEFAULTS = {"PYTHONUNBUFFERED": "1", "TORCH_FR_BUFFER_SIZE": "2000", **RESTART_ENV}
 
 
 TRAINING_WORDS = re.compile(r"(^|[\s/'\"])(torchrun|torch\.distributed\.(run|launch)|accelerate(\s+|-)launch|"
@@ -26,10 +28,25 @@ TRAINING_WORDS = re.compile(r"(^|[\s/'\"])(torchrun|torch\.distributed\.(run|lau
 
 
 SHELL_OPTIONS = "launch's script sets its own shell options"
+REFUSED_OPTIONS = {"array": "a job array: use `launch sweep`, whose points each get their own run folder",
+                   "hetjob": "a heterogeneous job: launch runs one allocation", "packjob": "a heterogeneous job"}
+NOTED_OPTIONS = {"error": "launch writes the job's errors with its output",
+                 "open-mode": "launch appends to its own logs",
+                 "export": "launch exports the environment (ALL)",
+                 "signal": "kept as slurm.requeue_signal and slurm.signal_delay_s, which the submitit launcher uses"}
+# Lmod's `ml VERB ...`: anything else after `ml` is a module to load.
+LMOD_VERBS = frozenset({"purge", "restore", "save", "list", "avail", "spider", "show", "use", "unuse", "unload",
+                        "swap", "switch", "reset", "savelist", "describe", "disable", "keyword", "whatis", "help",
+                        "load", "add", "try-load", "refresh", "update", "overview", "mt", "table", "is-loaded"})
 
 
 WIRING = "launch derives the head node, port and ranks itself"
-# Variables a job's tasks have from SLURM, the same on every task (the batch shell's would do too).
+
+
+_LAUNCH_STATUS = re.compile(r"\{?\s*(launch_[a-z]+=\$\?;?\s*)+\}?")  # a render's `|| launch_status=$?`
+
+
+_SHELL_OPTION = re.compile(r"[-+][euxvEoT]+|pipefail|errexit|nounset|xtrace|errtrace|verbose")
 
 
 def flatten(statements: tuple[Statement, ...], reader: Shell) -> list[Statement]:
@@ -41,7 +58,7 @@ def flatten(statements: tuple[Statement, ...], reader: Shell) -> list[Statement]
             inner = batch_script.parse(_if_body(statement.text), first_line=statement.line + 1)
             out += flatten(inner, reader)
         elif statement.kind == "list" and len(statement.items) == 2 and statement.operators == ("||",) \
-                and NODE_SETUP not in statement.items[0].text and re.fullmatch(r"\{?\s*(launch_[a-z]+=\$\?;?\s*)+\}?", statement.items[1].text.strip()):
+                and NODE_SETUP not in statement.items[0].text and _LAUNCH_STATUS.fullmatch(statement.items[1].text.strip()):
             out.append(statement.items[0])
         else:
             out.append(statement)
@@ -57,11 +74,21 @@ def assigned_in(text: str) -> set[str]:
     return set(re.findall(r"(?:^|[\s;({])([A-Za-z_][A-Za-z0-9_]*)\+?=", text))
 
 
-def directives(script: batch_script.Script, run_dir: str | None) -> tuple[dict[str, str | None], list[Note]]:
+def directives(script: batch_script.Script, run_dir: str | None, reader: Shell) -> dict[str, str | None]:
+    """The #SBATCH options (the last of each; mail types add up), what of them launch leaves out said, what it
+    cannot take refused."""
     options: dict[str, str | None] = {}
-    notes: list[Note] = []
+    notes = reader.notes
     for directive in script.directives:
         for name, value in directive.options:
+            if name in REFUSED_OPTIONS:
+                reader.refuse(directive.line, f"line {directive.line}: --{name}: {REFUSED_OPTIONS[name]}")
+            elif name == "export" and (value or "ALL").upper() != "ALL":
+                reader.refuse(directive.line, f"line {directive.line}: --export={value}: the job would not see the "
+                                              "environment it is submitted from, and launch's does (ALL); drop the "
+                                              "line if that is what you want")
+            elif name in NOTED_OPTIONS:
+                notes.append(Note(directive.line, directive.text, f"--{name}: {NOTED_OPTIONS[name]}"))
             if name in options and name not in ("mail-type",):
                 notes.append(Note(directive.line, directive.text, f"--{name} is given again: sbatch takes this one"))
             if name == "mail-type" and name in options and value:
@@ -69,7 +96,7 @@ def directives(script: batch_script.Script, run_dir: str | None) -> tuple[dict[s
             options[name] = value
     if run_dir is not None and (options.get("output") or "").startswith(f"{run_dir}/"):
         options.pop("output")  # launch's own log, in a render's run folder
-    return options, notes
+    return options
 
 
 def find_step(statements: list[Statement], reader: Shell) -> tuple[int, Step] | None:
@@ -101,10 +128,11 @@ def find_step(statements: list[Statement], reader: Shell) -> tuple[int, Step] | 
         except NotAStep as error:
             failed.append((statement.line, f"line {statement.line}: {probe.known(str(error)) or error}"))
             continue
-        steps.append((index, replace(step, env=(*tuple((name, value) for name, word in statement.assignments
-                                                      if word is not None for value in probe.evaluate(word, 0)[:1]),
-                                                *step.env))))
+        given = tuple((name, probe.evaluate(word, statement.line, split=False)[0])
+                      for name, word in statement.assignments if word is not None)
+        steps.append((index, replace(step, env=(*given, *step.env))))
     reader.reasons.update(probe.reasons)
+    reader.literal_braces |= probe.literal_braces
     reader.variables = {}
     on_srun = [found for found in steps if statements[found[0]].name == "srun"]
     chosen = on_srun or steps
@@ -130,7 +158,7 @@ def before(statement: Statement, reader: Shell, *, quiet: bool = False) -> None:
     text = statement.text
     note = (lambda why: None) if quiet else (lambda why: reader.note(statement, why))
     if statement.kind == "assign":
-        if all(name.startswith("launch_") for name, _ in statement.assignments):
+        if reader.run_dir is not None and all(reader.own_name(name) for name, _ in statement.assignments):
             if any(name == "launch_first" for name, _ in statement.assignments):
                 reader.in_setup_block = True
             return note("launch's own")
@@ -141,13 +169,13 @@ def before(statement: Statement, reader: Shell, *, quiet: bool = False) -> None:
         if not quiet:
             if not reader.in_setup_block and not statement.background:
                 reader.step_only[len(reader.setup)] = statement
-            reader.setup.append(statement.shown())
+            _keep(statement, reader)
         return None
     if statement.kind == "declare":
         return _declare(statement, reader, note, quiet)
     if statement.kind != "command":
         names = names_in(text)
-        if any(name.startswith("launch_") for name in names):
+        if any(reader.own_name(name) for name in names):
             return note("launch's own")
         if any((found := reader.variables.get(name)) is not None and found.wiring for name in names) \
                 or re.search(r"\$\{?(MASTER_ADDR|MASTER_PORT)\b", text):
@@ -158,12 +186,21 @@ def before(statement: Statement, reader: Shell, *, quiet: bool = False) -> None:
         if text == MODULE_INIT:
             return note("launch's own: it defines `module` where the shell lacks it")
         if not quiet:
-            reader.setup.append(statement.shown())
+            _keep(statement, reader)
         return None
     name = statement.name or ""
     words = statement.words
     if name == "set":
-        return note(SHELL_OPTIONS)
+        flags = [word.literal or "" for word in words[1:]]
+        if any(re.fullmatch(r"-[a-zA-Z]*a[a-zA-Z]*", flag) for flag in flags) or "allexport" in flags:
+            reader.refuse(statement.line, f"line {statement.line}: {text}: every variable set after it is exported, "
+                                          "which launch does not follow; export the ones the job needs by name")
+            return None
+        if all(_SHELL_OPTION.fullmatch(flag) for flag in flags):
+            return note(SHELL_OPTIONS)
+        if not quiet:
+            _keep(statement, reader)
+        return None
     if name == "trap" and ("launch" in text or text == "trap - ERR"):
         reader.in_setup_block = reader.in_setup_block and text != "trap - ERR"
         return note("launch's own")
@@ -189,8 +226,8 @@ def before(statement: Statement, reader: Shell, *, quiet: bool = False) -> None:
         if name == "module" and verb == "purge" and len(words) == 2 and not reader.modules:
             reader.module_purge = True
             return None
-        if (name == "ml" or verb in ("load", "add")) and all(item is not None and not item.startswith("-")
-                                                            for item in rest) and rest:
+        if (verb in ("load", "add") or (name == "ml" and verb not in LMOD_VERBS)) and rest and all(
+                item is not None and not item.startswith("-") for item in rest):
             reader.modules += [item for item in rest if item is not None]
             return None
     if name == "srun" and not quiet and _one_per_node(statement, reader):
@@ -198,8 +235,18 @@ def before(statement: Statement, reader: Shell, *, quiet: bool = False) -> None:
     if any((found := reader.variables.get(used)) is not None and found.wiring for used in names_in(text)):
         return note("it uses what the script derived for its own rank wiring, which launch does itself")
     if not quiet:
-        reader.setup.append(statement.shown())
+        _keep(statement, reader)
     return None
+
+
+def _keep(statement: Statement, reader: Shell) -> None:
+    """A set-up line as written. After a node set-up step it would move before it (launch runs every set-up line
+    first): refused."""
+    reader.setup.append(statement.shown())
+    if reader.node_setup and not reader.in_setup_block:
+        reader.refuse(statement.line, f"line {statement.line}: {statement.text.splitlines()[0]}: a set-up line after "
+                                      "the one-task-per-node srun step before it; launch runs every set-up line "
+                                      "before node_setup, so move it above that step")
 
 
 def _declare(statement: Statement, reader: Shell, note: Any, quiet: bool) -> None:
@@ -208,13 +255,16 @@ def _declare(statement: Statement, reader: Shell, note: Any, quiet: bool) -> Non
         for name, word in statement.assignments:
             reader.assign(name, word, statement, exported=keyword == "export")
         if not quiet:
-            reader.setup.append(statement.shown())
+            _keep(statement, reader)
         return None
     wired = [name for name, _ in statement.assignments if name in TORCH_CONTRACT]
     for name, word in statement.assignments:
         reader.assign(name, word, statement, exported=True)
     names = [name for name, _ in statement.assignments]
-    if names and all(name.startswith("LAUNCH_") for name in names):
+    if names and all(reader.own_name(name) for name in names):
+        if EXPAND_ARGS in names:  # a render whose arguments are expanded by each process: ${NAME} in them is
+            reader.literal_braces.clear()  # the job's, not literal
+            reader.expanding = True
         return note("launch's own")
     if wired or any(reader.variables[name].wiring for name in names):
         return note(f"{', '.join(wired or names)}: {WIRING}")
@@ -245,7 +295,7 @@ def _declare(statement: Statement, reader: Shell, note: Any, quiet: bool) -> Non
             else:
                 reader.env.append(Export(name, value, statement.line))
         return None
-    reader.setup.append(statement.shown())
+    _keep(statement, reader)
     return None
 
 
@@ -277,7 +327,9 @@ def _one_per_node(statement: Statement, reader: Shell) -> bool:
     given = dict(options)
     nodes = reader.script_nodes
     per_node = given.get("ntasks-per-node") == "1" or (nodes is not None and given.get("ntasks") == str(nodes))
-    if not per_node or not command or set(given) - {"ntasks-per-node", "ntasks", "nodes", "kill-on-bad-exit"}:
+    every_node = given.get("nodes") in (None, nodes)  # `srun --nodes=1 ...` runs on one node, not on each
+    if not per_node or not every_node or not command or \
+            set(given) - {"ntasks-per-node", "ntasks", "nodes", "kill-on-bad-exit"}:
         return False
     texts = [word.text for word in statement.words]
     reader.node_setup.append(" ".join(texts[len(texts) - len(command):]))
@@ -305,16 +357,26 @@ def after(statement: Statement, reader: Shell, *, step_background: bool) -> None
     return None
 
 
-def drop_step_only(reader: Shell, step: Step) -> None:
-    """Assignments (not exported) that nothing launch keeps reads: the training step used them, and their values
-    are in the command now. Left out, said, one at a time (one may read another)."""
-    def read_elsewhere(index: int, statement: Statement) -> bool:
+def drop_step_only(reader: Shell, step: Step, step_text: str) -> None:
+    """Assignments the training step read (``step_text``), that nothing launch keeps reads, never exported and not
+    of a value of their own (``PATH=/x:$PATH`` changes what the processes inherit): their values are in the
+    command now. Left out, said, one at a time (one may read another)."""
+    script = "\n".join(statement.text for statement in reader.script.statements)
+
+    def droppable(index: int, statement: Statement) -> bool:
         texts = [line for at, line in enumerate(reader.setup) if at != index and line] + [
             *reader.node_setup, *reader.after, *step.setup, *(export.value for export in reader.env),
             *(value for _, value in step.env)]
-        return any(name in names_in(text) for text in texts for name, _ in statement.assignments)
+        names = [name for name, _ in statement.assignments]
+        read_by_step = any(name in names_in(text) for text in [step_text, *(other.text for at, other in
+                                                                            reader.step_only.items() if at != index)]
+                           for name in names)
+        return read_by_step and not any(
+            name in names_in(text) for text in texts for name in names) and not any(
+            reader.variables[name].exported or re.search(rf"\bexport\b[^\n;]*\b{name}\b", script)
+            or name in names_in(word.text if word is not None else "") for name, word in statement.assignments)
 
-    while unused := [index for index, statement in reader.step_only.items() if not read_elsewhere(index, statement)]:
+    while unused := [index for index, statement in reader.step_only.items() if droppable(index, statement)]:
         statement = reader.step_only.pop(unused[0])
         reader.note(statement, "only the training step reads it; its value is in the command")
         reader.setup[unused[0]] = ""

@@ -1,10 +1,9 @@
-"""Reading a SLURM batch script's text: its logical lines (continuations joined), their words as bash splits
-them, sbatch and srun options in long and short form, and SLURM's time and memory formats. Pure."""
+"""sbatch's own reading of a batch script's ``#SBATCH`` lines (not bash's: see ``batch_script``): their words,
+their options in long and short form, and SLURM's time and memory formats. Pure."""
 
 from __future__ import annotations
 
 import re
-import shlex
 
 SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
          "q": "qos", "J": "job-name", "G": "gpus", "C": "constraint", "o": "output", "e": "error", "D": "chdir",
@@ -48,9 +47,9 @@ FLAGS = {"exclusive", "requeue", "no-requeue", "overcommit", "no-container-entry
          "container-writable", "container-readonly", "no-kill", "oversubscribe", "hold", "contiguous", "wait"}
 
 
-def options(words: list[str], *, stop_at_command: bool = False) -> tuple[list[tuple[str, str | None]], int]:
-    """(long name, value) pairs from sbatch/srun-style words (``--a=b``, ``--a b``, ``-N 2``, ``-N2``), and where
-    the first word that is not an option is (with ``stop_at_command``; else all words are read)."""
+def options(words: list[str]) -> tuple[list[tuple[str, str | None]], int]:
+    """(long name, value) pairs from an #SBATCH line's words (``--a=b``, ``--a b``, ``-N 2``, ``-N2``), and how
+    many words were read."""
     found: list[tuple[str, str | None]] = []
     index = 0
     while index < len(words):
@@ -65,27 +64,8 @@ def options(words: list[str], *, stop_at_command: bool = False) -> tuple[list[tu
             value = word[2:] or (words[index + 1] if index + 1 < len(words) else "")
             index += 0 if word[2:] else 1
             found.append((name, value))
-        elif stop_at_command:
-            return found, index
         index += 1
     return found, index
-
-
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """The script's lines with backslash continuations joined, each with its first line's number."""
-    out: list[tuple[int, str]] = []
-    pending, start = "", 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if not pending:
-            start = number
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        out.append((start, pending + line))
-        pending = ""
-    if pending:
-        out.append((start, pending))
-    return out
 
 
 def directive_words(text: str) -> list[str]:
@@ -124,25 +104,3 @@ def directive_words(text: str) -> list[str]:
     if word is not None:
         found.append("".join(word))
     return found
-
-
-def words(line: str) -> list[str]:
-    """A shell line's words; a comment starts only at a word's start, as in bash (``nvcr.io#image`` is a word)."""
-    words = shlex.split(line)
-    return next((words[:index] for index, word in enumerate(words) if word.startswith("#")), words)
-
-
-def shell_join(words: list[str]) -> str:
-    """Words back into a shell line, ``$NAME`` left to expand where it runs (as it did in the script)."""
-    return " ".join(word if re.fullmatch(r"[\w@%+=:,./${}-]+", word) else shlex.quote(word) for word in words)
-
-
-def braced(value: str) -> str:
-    """``$NAME`` as ``${NAME}``, the one form a profile's env expands where the job runs."""
-    return re.sub(r"\$([A-Za-z_][A-Za-z0-9_]*)", r"${\1}", value)
-
-
-def split_srun(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """srun's own options, and the command after them."""
-    found, index = options(words, stop_at_command=True)
-    return found, words[index:]

@@ -16,7 +16,8 @@ SRUN_FLAGS = frozenset({
     "exclusive", "kill-on-bad-exit", "label", "unbuffered", "overlap", "overcommit", "oversubscribe", "no-kill",
     "contiguous", "disable-status", "no-allocate", "quiet", "verbose", "pty", "test-only", "spread-job",
     "use-min-nodes", "x11", "quit-on-interrupt", "preserve-env", "exact", "send-libs", "bcast", "compress",
-    "immediate", "reboot", "resv-ports", "help", "usage", "version", "hold",
+    "immediate", "reboot", "resv-ports", "help", "usage", "version", "hold", "nice", "propagate", "multi-prog",
+    "whole",
     # pyxis's flags
     "container-mount-home", "no-container-mount-home", "container-remap-root", "no-container-remap-root",
     "container-entrypoint", "no-container-entrypoint", "container-writable", "container-readonly",

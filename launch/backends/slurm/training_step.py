@@ -5,7 +5,7 @@ torchrun (``torch.distributed.run``), ``accelerate launch`` or ``uv run``, under
 ``NotAStep`` saying why the words are not one launch can carry over.
 
 Words here are already evaluated: the batch shell's variables substituted where the script sets them, the rest
-written ``${NAME}`` (see ``from_sbatch``).
+written ``${NAME}`` (see ``sbatch_values``).
 """
 
 from __future__ import annotations
@@ -77,15 +77,25 @@ def peel(words: list[str], *, first_line: int = 1, evaluate: Evaluate = _templat
     return replace(step, srun=tuple(srun))
 
 
-def _command(words: list[str], *, first_line: int, evaluate: Evaluate = _templates,
-             env: tuple[tuple[str, str], ...] = (), setup: tuple[str, ...] = (), container: Container | None = None,
-             prefix: tuple[str, ...] = ()) -> Step:
+@dataclass(frozen=True)
+class Around:
+    """What the wrappers peeled so far put around the command: variables, lines before it, a container, a
+    prefix."""
+
+    env: tuple[tuple[str, str], ...] = ()
+    setup: tuple[str, ...] = ()
+    container: Container | None = None
+    prefix: tuple[str, ...] = ()
+
+
+def _command(words: list[str], *, first_line: int, evaluate: Evaluate = _templates, around: Around = Around()) -> Step:
     if not words:
         raise NotAStep("no command after the options")
+    env, container, prefix = around.env, around.container, around.prefix
     head = words[0]
     name = head.rsplit("/", 1)[-1]
     if name == "exec":
-        return _command(words[1:], first_line=first_line, evaluate=evaluate, env=env, setup=setup, container=container, prefix=prefix)
+        return _command(words[1:], first_line=first_line, evaluate=evaluate, around=around)
     if name == "env":
         rest = list(words[1:])
         while rest and "=" in rest[0] and not rest[0].startswith("-"):
@@ -93,12 +103,11 @@ def _command(words: list[str], *, first_line: int, evaluate: Evaluate = _templat
             env += ((key, value),)
         if rest and rest[0].startswith("-"):
             raise NotAStep(f"env {rest[0]}: launch carries over env NAME=value only")
-        return _command(rest, first_line=first_line, evaluate=evaluate, env=env, setup=setup, container=container, prefix=prefix)
-    if name in ("bash", "sh") and len(words) >= 3 and words[1] in ("-c", "-lc", "-l -c"):
+        return _command(rest, first_line=first_line, evaluate=evaluate, around=replace(around, env=env))
+    if name in ("bash", "sh") and len(words) >= 3 and words[1] in ("-c", "-lc"):
         if len(words) > 3:
             raise NotAStep(f"{name} -c with positional arguments after its command")
-        return _shell_string(words[2], first_line=first_line, evaluate=evaluate, env=env, setup=setup, container=container,
-                             prefix=prefix)
+        return _shell_string(words[2], first_line=first_line, evaluate=evaluate, around=around)
     if name in ("apptainer", "singularity") and words[1:2] == ["run"]:
         raise NotAStep(f"{name} run: runs the image's own runscript first, which launch does not (it runs "
                        f"`{name} exec`); write {name} exec where the runscript adds nothing")
@@ -106,12 +115,12 @@ def _command(words: list[str], *, first_line: int, evaluate: Evaluate = _templat
         if container is not None:
             raise NotAStep(f"{name}: a container inside a container")
         inside, rest = apptainer(name, words[2:])
-        return _command(rest, first_line=first_line, evaluate=evaluate, env=env, setup=setup, container=inside, prefix=prefix)
+        return _command(rest, first_line=first_line, evaluate=evaluate, around=replace(around, container=inside))
     if name == "podman" and words[1:2] == ["run"]:
         if container is not None:
             raise NotAStep("podman: a container inside a container")
         inside, rest = podman(words[2:])
-        return _command(rest, first_line=first_line, evaluate=evaluate, env=env, setup=setup, container=inside, prefix=prefix)
+        return _command(rest, first_line=first_line, evaluate=evaluate, around=replace(around, container=inside))
     if name == "shifter":
         raise NotAStep("shifter: launch does not run Shifter containers yet")
     if name == "uv" and words[1:2] == ["run"]:
@@ -121,39 +130,40 @@ def _command(words: list[str], *, first_line: int, evaluate: Evaluate = _templat
             if "=" not in rest[0]:
                 raise NotAStep(f"uv run {rest[0]}: write uv's options as --name=value for launch to carry them over")
             flags.append(rest.pop(0))
-        return _command(rest, first_line=first_line, evaluate=evaluate, env=env, setup=setup, container=container,
-                        prefix=(*prefix, "uv", "run", *flags))
+        return _command(rest, first_line=first_line, evaluate=evaluate,
+                        around=replace(around, prefix=(*prefix, "uv", "run", *flags)))
     if name in PREFIXES:
         runs = next((index for index, word in enumerate(words[1:], 1) if starts_code(word)), None)
         if runs is None:
             raise NotAStep(f"{name}: no python, torchrun or accelerate after it")
-        return _command(words[runs:], first_line=first_line, evaluate=evaluate, env=env, setup=setup, container=container,
-                        prefix=(*prefix, *words[:runs]))
+        return _command(words[runs:], first_line=first_line, evaluate=evaluate,
+                        around=replace(around, prefix=(*prefix, *words[:runs])))
     if name == "torchrun":
-        return _torchrun(None, words[1:], env=env, setup=setup, container=container, prefix=prefix)
+        return _torchrun(None, words[1:], around)
     if name in ("accelerate", "accelerate-launch"):
         if name == "accelerate" and words[1:2] != ["launch"]:
             raise NotAStep(f"accelerate {' '.join(words[1:2])}: not accelerate launch")
-        return _accelerate(None, words[2 if name == "accelerate" else 1:], env=env, setup=setup,
-                           container=container, prefix=prefix)
+        return _accelerate(None, words[2 if name == "accelerate" else 1:], around)
     if name == "deepspeed":
         raise NotAStep("deepspeed's own launcher (it starts the nodes itself, over pdsh or ssh): launch starts "
                        "them under SLURM; run your script with --strategy ddp and keep --deepspeed in its arguments")
     if PYTHON.match(head):
-        return _python(head, words[1:], env=env, setup=setup, container=container, prefix=prefix)
+        return _python(head, words[1:], around)
     raise NotAStep(f"{head}: launch cannot see what it runs (not python, torchrun, accelerate launch, nor a "
                    "container or prefix around them); put the training command itself in the batch script")
+
+
+LAUNCHERS_AND_WRAPPERS = frozenset({"torchrun", "accelerate", "accelerate-launch", "uv", "deepspeed", "apptainer",
+                                    "singularity", "podman", "shifter", "env", "exec"})
 
 
 def starts_code(word: str) -> bool:
     """A command that runs the training (python, its launchers) or a wrapper around it."""
     name = word.rsplit("/", 1)[-1]
-    return bool(PYTHON.match(word)) or name in PREFIXES or name in ("torchrun", "accelerate", "accelerate-launch", "uv", "deepspeed",
-                                                "apptainer", "singularity", "podman", "shifter", "env", "exec")
+    return bool(PYTHON.match(word)) or name in PREFIXES or name in LAUNCHERS_AND_WRAPPERS
 
 
-def _shell_string(text: str, *, first_line: int, evaluate: Evaluate, env: tuple[tuple[str, str], ...],
-                  setup: tuple[str, ...], container: Container | None, prefix: tuple[str, ...]) -> Step:
+def _shell_string(text: str, *, first_line: int, evaluate: Evaluate, around: Around) -> Step:
     """``bash -c TEXT``: its last command is the step; ``cd`` and ``export`` before it carry over, as do
     ``&&`` lists of them."""
     try:
@@ -169,8 +179,8 @@ def _shell_string(text: str, *, first_line: int, evaluate: Evaluate, env: tuple[
     if not commands:
         raise NotAStep("bash -c runs nothing")
     *before, last = commands
-    inner_env = list(env)
-    lines = list(setup)
+    inner_env = list(around.env)
+    lines = list(around.setup)
     wiring: list[str] = []
     for statement in before:
         if statement.kind == "declare" and statement.words[0].text == "export" and len(statement.words) == 1:
@@ -190,12 +200,18 @@ def _shell_string(text: str, *, first_line: int, evaluate: Evaluate, env: tuple[
         raise NotAStep(f"bash -c: its last command {last.text!r} is not a plain command")
     words = [value for word in last.words for value in evaluate(word)]
     inner_env += [(name, word.template() or "") for name, word in last.assignments if word is not None]
-    step = _command(words, first_line=last.line, evaluate=evaluate, env=tuple(inner_env), setup=tuple(lines),
-                    container=container, prefix=prefix)
+    step = _command(words, first_line=last.line, evaluate=evaluate,
+                    around=replace(around, env=tuple(inner_env), setup=tuple(lines)))
     return replace(step, wiring=(*wiring, *step.wiring))
 
 
-def _python(head: str, words: list[str], **context: object) -> Step:
+def _step(around: Around, **facts: object) -> Step:
+    """The step, with what is around its command."""
+    return Step(env=around.env, setup=around.setup, container=around.container, prefix=around.prefix,
+                **facts)  # type: ignore[arg-type]
+
+
+def _python(head: str, words: list[str], around: Around) -> Step:
     rest = list(words)
     flags: list[str] = []
     while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
@@ -207,15 +223,15 @@ def _python(head: str, words: list[str], **context: object) -> Step:
     if kept:
         raise NotAStep(f"python {' '.join(kept)}: interpreter options; set the PYTHON* variables they stand for "
                        "in the profile's env instead")
-    python = None if head in ("python", "python3") else head
+    python = head  # as written: a path, or a name on PATH after the set-up
     if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
-        return _torchrun(python, rest[2:], legacy=rest[1] == "torch.distributed.launch", **context)  # type: ignore[arg-type]
+        return _torchrun(python, rest[2:], around, legacy=rest[1] == "torch.distributed.launch")
     if rest[:2] == ["-m", "accelerate.commands.launch"]:
-        return _accelerate(python, rest[2:], **context)  # type: ignore[arg-type]
+        return _accelerate(python, rest[2:], around)
     if rest[:1] == ["-c"] or not rest or rest[0] == "-":
         raise NotAStep("python -c or python reading its standard input: launch runs a script or a module")
     entry, args = _entry(rest)
-    return Step(launcher="task", entry=entry, args=args, python=python, **context)  # type: ignore[arg-type]
+    return _step(around, launcher="task", entry=entry, args=args, python=python)
 
 
 def _entry(words: list[str], *, module: bool = False) -> tuple[tuple[str, str], tuple[str, ...]]:
@@ -238,7 +254,7 @@ def _entry(words: list[str], *, module: bool = False) -> tuple[tuple[str, str], 
     return ("--script", words[0]), tuple(words[1:])
 
 
-def _torchrun(python: str | None, words: list[str], *, legacy: bool = False, **context: object) -> Step:
+def _torchrun(python: str | None, words: list[str], around: Around, *, legacy: bool = False) -> Step:
     index, nproc, wiring, no_python, module, restarts = 0, None, [], False, False, None
     while index < len(words) and words[index].startswith("-"):
         name, equals, value = words[index].partition("=")
@@ -268,26 +284,25 @@ def _torchrun(python: str | None, words: list[str], *, legacy: bool = False, **c
     dropped = (("--use_env", "torch.distributed.launch's; launch sets LOCAL_RANK in the environment"),) \
         if legacy else ()
     if no_python:  # a command of its own per process: a prefix before python
-        inner = _per_process(rest, "torchrun --no-python", context)
+        inner = _per_process(rest, "torchrun --no-python", around)
         return replace(inner, launcher="torchrun", python=python or inner.python, procs_per_node=nproc,
                        wiring=tuple(dict.fromkeys(wiring)), dropped=dropped, max_restarts=restarts)
     entry, args = _entry(rest, module=module)
-    return Step(launcher="torchrun", entry=entry, args=args, python=python, procs_per_node=nproc,
-                wiring=tuple(dict.fromkeys(wiring)), dropped=dropped, max_restarts=restarts,
-                **context)  # type: ignore[arg-type]
+    return _step(around, launcher="torchrun", entry=entry, args=args, python=python, procs_per_node=nproc,
+                wiring=tuple(dict.fromkeys(wiring)), dropped=dropped, max_restarts=restarts)
 
 
-def _per_process(words: list[str], where: str, context: dict[str, object]) -> Step:
+def _per_process(words: list[str], where: str, around: Around) -> Step:
     """What a launcher told to run a command as given (--no-python) runs per process: a prefix and python."""
     if words[0].rsplit("/", 1)[-1] not in PREFIXES and not PYTHON.match(words[0]):
         raise NotAStep(f"{where} {words[0]}: launch runs python code, with a prefix (nsys, numactl...) or not")
-    inner = _command(words, first_line=1, **context)  # type: ignore[arg-type]
+    inner = _command(words, first_line=1, around=around)
     if inner.launcher != "task":
         raise NotAStep(f"{where}: a launcher inside a launcher")
     return inner
 
 
-def _accelerate(python: str | None, words: list[str], **context: object) -> Step:
+def _accelerate(python: str | None, words: list[str], around: Around) -> Step:
     index, wiring, config, processes, module, no_python, restarts = 0, [], None, None, False, False, None
     while index < len(words) and words[index].startswith("-"):
         name, equals, value = words[index].partition("=")
@@ -327,10 +342,9 @@ def _accelerate(python: str | None, words: list[str], **context: object) -> Step
     if not rest:
         raise NotAStep("accelerate launch: no script after its options")
     if no_python:
-        inner = _per_process(rest, "accelerate launch --no_python", context)
+        inner = _per_process(rest, "accelerate launch --no_python", around)
         return replace(inner, launcher="accelerate", python=python or inner.python, processes=processes,
                        accelerate_config=config, wiring=tuple(dict.fromkeys(wiring)), max_restarts=restarts)
     entry, args = _entry(rest, module=module)
-    return Step(launcher="accelerate", entry=entry, args=args, python=python, processes=processes,
-                accelerate_config=config, wiring=tuple(dict.fromkeys(wiring)), max_restarts=restarts,
-                **context)  # type: ignore[arg-type]
+    return _step(around, launcher="accelerate", entry=entry, args=args, python=python, processes=processes,
+                accelerate_config=config, wiring=tuple(dict.fromkeys(wiring)), max_restarts=restarts)
