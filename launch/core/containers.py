@@ -8,11 +8,14 @@ them, so the processes see the same paths, rank wiring, environment and secrets 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Protocol
 
+from launch.core.commands import PlanFile
 from launch.core.profile import ContainerSection, Profile
 from launch.core.shell import Arg
 from launch.errors import CONTROL_CHARACTERS
@@ -63,8 +66,11 @@ class Runtime(Protocol):
                 env_names: Sequence[str]) -> list[str]:
         """The argv that runs a command (appended to it) in the image."""
 
-    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str) -> list[str]:
+    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[str]:
         """srun's options that run the job's step in the image."""
+
+    def files(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[PlanFile]:
+        """What the runtime reads from the run folder (CSCS's environment file)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,10 @@ class Apptainer:
         binds = ["--bind", ",".join(mount.spec() for mount in mounts)] if mounts else []
         return [self.name, "exec", *gpus, *binds, "--pwd", workdir, *section.options, section.image]
 
-    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str) -> list[str]:
+    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[str]:
+        return []
+
+    def files(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[PlanFile]:
         return []
 
 
@@ -101,7 +110,10 @@ class Podman:
         return ["podman", "run", "--rm", "--interactive", "--network=host", "--pid=host", "--ipc=host", *passed,
                 *volumes, "--workdir", workdir, *section.options, section.image]
 
-    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str) -> list[str]:
+    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[str]:
+        return []
+
+    def files(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[PlanFile]:
         return []
 
 
@@ -116,13 +128,64 @@ class Pyxis:
                 env_names: Sequence[str]) -> list[str]:
         return []
 
-    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str) -> list[str]:
+    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[str]:
         return [f"--container-image={section.image}", f"--container-mounts={','.join(m.spec() for m in mounts)}",
                 f"--container-workdir={workdir}", "--no-container-entrypoint", *section.options]
 
+    def files(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[PlanFile]:
+        return []
+
+
+@dataclass(frozen=True)
+class Shifter:
+    """NERSC's Shifter: ``shifter --image=IMAGE --volume=SRC:DST ... COMMAND``; the environment passes through, and
+    the command starts in the folder it is started from (Shifter has no working folder of its own)."""
+
+    name: str = "shifter"
+    through_srun: bool = False
+
+    def command(self, profile: Profile, section: ContainerSection, mounts: list[Mount], workdir: str,
+                env_names: Sequence[str]) -> list[str]:
+        return ["shifter", f"--image={section.image}", *(f"--volume={mount.spec()}" for mount in mounts),
+                *section.options]
+
+    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[str]:
+        return []
+
+    def files(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[PlanFile]:
+        return []
+
+
+EDF_FILE = "container.toml"  # the Container Engine's environment file launch writes into the run folder
+
+
+@dataclass(frozen=True)
+class ContainerEngine:
+    """CSCS's Container Engine: srun's ``--environment=FILE.toml`` (an environment definition file) runs the job's
+    step in its image. launch writes one into the run folder that inherits the user's (``base_environment``) and
+    adds the mounts and the working folder; the environment passes through."""
+
+    name: str = "edf"
+    through_srun: bool = True
+
+    def command(self, profile: Profile, section: ContainerSection, mounts: list[Mount], workdir: str,
+                env_names: Sequence[str]) -> list[str]:
+        return []
+
+    def srun_options(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[str]:
+        return [f"--environment={PurePosixPath(run_dir, EDF_FILE)}", *section.options]
+
+    def files(self, section: ContainerSection, mounts: list[Mount], workdir: str, run_dir: str) -> list[PlanFile]:
+        text = ("# written by launch: your environment, with the run folder and the submitting folder mounted\n"
+                f"base_environment = {json.dumps(section.image)}\n"
+                f"mounts = [{', '.join(json.dumps(mount.spec()) for mount in mounts)}]\n"
+                f"workdir = {json.dumps(workdir)}\n")
+        return [PlanFile(path=str(PurePosixPath(run_dir, EDF_FILE)), text=text)]
+
 
 RUNTIMES: dict[str, Runtime] = {"pyxis": Pyxis(), "apptainer": Apptainer("apptainer"),
-                                "singularity": Apptainer("singularity"), "podman": Podman()}
+                                "singularity": Apptainer("singularity"), "podman": Podman(), "shifter": Shifter(),
+                                "edf": ContainerEngine()}
 PYXIS_OPTION = "--container-image"  # what srun --help lists where pyxis is installed
 
 
@@ -139,12 +202,22 @@ def wrap(profile: Profile, argv: Sequence[Arg], *, run_dir: str, workdir: str,
 
 
 def srun_options(profile: Profile, *, run_dir: str, workdir: str) -> list[str]:
-    """srun's options for the job's step (pyxis); none for the other runtimes or without a container."""
+    """srun's options for the job's step (pyxis, the Container Engine); none for the other runtimes or without a
+    container."""
     section = profile.container
     if section is None:
         return []
     return RUNTIMES[section.runtime].srun_options(section, mounts(section, run_dir=run_dir, workdir=workdir),
-                                                  section.workdir or workdir)
+                                                  section.workdir or workdir, run_dir)
+
+
+def files(profile: Profile, *, run_dir: str, workdir: str) -> list[PlanFile]:
+    """What the profile's runtime reads from the run folder, written there before the job starts."""
+    section = profile.container
+    if section is None:
+        return []
+    return RUNTIMES[section.runtime].files(section, mounts(section, run_dir=run_dir, workdir=workdir),
+                                           section.workdir or workdir, run_dir)
 
 
 _KINDS = {"slurm": tuple(RUNTIMES), "ssh": ("apptainer", "singularity", "podman"),
@@ -172,6 +245,9 @@ def check_container(profile: Profile) -> list[str]:
             problems.append(f"container.mounts[{index}]: {error}")
     if section.workdir is not None and (not section.workdir.startswith("/") or CONTROL_CHARACTERS.search(section.workdir)):
         problems.append(f"container.workdir: {section.workdir!r} must be an absolute path inside the image")
+    if section.workdir is not None and section.runtime == "shifter":
+        problems.append("container.workdir: shifter starts the processes in the folder the job starts from (it has "
+                        "no working folder of its own); leave it out")
     problems += [f"container.options[{index}]: {option!r} must be one word (an option, or its value)"
                  for index, option in enumerate(section.options) if not _WORD.match(option)]
     return problems

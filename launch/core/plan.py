@@ -238,9 +238,11 @@ def node_argv(inputs: PlanInputs, node: NodeContext, run_dir: str, python: str) 
 
 
 def plan_files(inputs: PlanInputs, run_dir: str) -> tuple[PlanFile, ...]:
-    return tuple(PlanFile(path=path, text=text)
-                 for path, text in inputs.strategy.launcher.files(inputs.profile, run_dir, inputs.accelerate_config,
-                                                                  inputs.accelerate_wiring))
+    """The launcher's files (an accelerate config) and the container runtime's, in ``run_dir``."""
+    return (*(PlanFile(path=path, text=text)
+              for path, text in inputs.strategy.launcher.files(inputs.profile, run_dir, inputs.accelerate_config,
+                                                               inputs.accelerate_wiring)),
+            *containers.files(inputs.profile, run_dir=run_dir, workdir=inputs.workdir))
 
 
 def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring: str) -> tuple[tuple[str, str], ...]:

@@ -113,8 +113,9 @@ class SshSection:
 class ContainerSection:
     """The image every process runs in, and the runtime that starts it (launch.core.containers)."""
 
-    image: str  # pyxis: a registry image or .sqsh file; apptainer/singularity: a .sif or docker://...; podman: a name
-    runtime: Literal["pyxis", "apptainer", "singularity", "podman"]
+    image: str  # pyxis: a registry image or .sqsh file; apptainer/singularity: a .sif or docker://...; podman: a name;
+    # shifter: docker:IMAGE:TAG; edf: your environment file (a path, or a name in the EDF search path)
+    runtime: Literal["pyxis", "apptainer", "singularity", "podman", "shifter", "edf"]
     mounts: tuple[str, ...] = ()  # "src:dst" or "src:dst:ro"; the run folder and the submitting folder are added
     workdir: str | None = None  # where the processes start inside; None: the submitting folder's own path
     options: tuple[str, ...] = ()  # more options for the runtime (srun with pyxis), one word each

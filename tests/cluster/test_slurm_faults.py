@@ -282,17 +282,20 @@ def test_secrets_reach_every_task_and_no_file_of_the_run(slurm_cluster, write_pr
             assert value.encode() not in content, f"{value} leaked into {path}"
 
 
-def test_max_restarts_under_the_sbatch_launcher_restarts_every_nodes_workers(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("strategy", ["ddp", "accelerate"])
+def test_max_restarts_under_the_sbatch_launcher_restarts_every_nodes_workers(slurm_cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                            strategy: str) -> None:
     """torchrun's agent on each node restarts its workers after rank 1 fails once (the other node's workers fail
     with it, their peer gone: each agent counts a restart); the job then finishes, every rank in the same second
     attempt, over c10d's rendezvous at the head."""
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", "sbatch", "--max-restarts", "1",
+    done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", "sbatch", "--strategy", strategy,
+                   "--max-restarts", "1",
                    "--script", str(USER_CODE / "fail_once.py"), "--run-dir", str(run_dir), "--", str(out),
                    env=slurm_cluster, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     assert {(rank["attempt"], rank["world"]) for rank in ranks} == {(1, 4)}
     assert len({rank["host"] for rank in ranks}) == 2
-    assert "--max_restarts 1 " in (run_dir / "job.sbatch").read_text()
+    assert "--max_restarts 1 " in (run_dir / "job.sbatch").read_text() + " "
     assert "fails on purpose" in (run_dir / "logs" / "rank-1.log").read_text()

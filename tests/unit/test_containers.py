@@ -18,9 +18,10 @@ GOLDEN = Path(__file__).parents[1] / "golden" / "containers"
 CONTAINER = ("container:\n  image: {image}\n  runtime: {runtime}\n  mounts: [/scratch:/scratch, /datasets:/data:ro]\n"
              "  options: {options}\n")
 IMAGES = {"pyxis": "nvcr.io#nvidia/pytorch:24.05-py3", "apptainer": "/shared/images/pytorch-24.05.sif",
-          "singularity": "docker://nvcr.io/nvidia/pytorch:24.05-py3", "podman": "localhost/train:1"}
+          "singularity": "docker://nvcr.io/nvidia/pytorch:24.05-py3", "podman": "localhost/train:1",
+          "shifter": "docker:nvcr.io/nvidia/pytorch:24.05-py3", "edf": "/users/u/.edf/pytorch.toml"}
 OPTIONS = {"pyxis": "[--container-remap-root]", "apptainer": "[--cleanenv]", "singularity": "[]",
-           "podman": "[--security-opt=label=disable]"}
+           "podman": "[--security-opt=label=disable]", "shifter": "[--module=gpu]", "edf": "[]"}
 
 
 def _plan(write_profile, runtime: str, launcher: str, base: str = "extends: slurm-2x4\n"):  # type: ignore[no-untyped-def]
@@ -38,17 +39,31 @@ def _golden(name: str, text: str) -> None:
     assert text == path.read_text()
 
 
-@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "singularity", "podman"])
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "singularity", "podman", "shifter", "edf"])
 def test_the_sbatch_script_of_each_runtime_matches_its_golden_file(write_profile, runtime: str) -> None:  # type: ignore[no-untyped-def]
-    text = _plan(write_profile, runtime, "sbatch").files[0].text
+    text = next(file.text for file in _plan(write_profile, runtime, "sbatch").files if file.path.endswith(".sbatch"))
     _golden(f"slurm-2x4-{runtime}.sbatch", text)
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
 
 
-@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "podman"])
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "podman", "shifter", "edf"])
 def test_the_submitit_job_of_each_runtime_matches_its_golden_file(write_profile, runtime: str) -> None:  # type: ignore[no-untyped-def]
     plan = _plan(write_profile, runtime, "submitit")
     _golden(f"slurm-2x4-{runtime}-submitit.txt", render_text(plan).split("\nsubmitit job:", 1)[1])
+
+
+def test_the_container_engine_gets_an_environment_file_that_inherits_the_users(write_profile) -> None:  # type: ignore[no-untyped-def]
+    """CSCS's Container Engine takes no mounts on srun: launch's own environment file in the run folder inherits
+    the user's and adds the run folder and the project, for both launchers."""
+    for launcher in ("sbatch", "submitit"):
+        plan = _plan(write_profile, "edf", launcher)
+        written = {file.path: file.text for file in plan.files}
+        assert written["/runs/r1/container.toml"].splitlines()[1:] == [
+            'base_environment = "/users/u/.edf/pytorch.toml"',
+            'mounts = ["/scratch:/scratch", "/datasets:/data:ro", "/runs/r1:/runs/r1", '
+            '"/home/u/project:/home/u/project"]', 'workdir = "/home/u/project"']
+    import tomllib  # the file is TOML the engine reads
+    assert tomllib.loads(written["/runs/r1/container.toml"])["workdir"] == "/home/u/project"
 
 
 def test_pyxis_gets_the_run_folder_and_project_mounted_and_the_python_in_the_image(write_profile) -> None:  # type: ignore[no-untyped-def]

@@ -191,7 +191,6 @@ def test_uv_run_is_a_prefix_and_a_multi_line_bash_c_stays_one_command() -> None:
     ("#SBATCH -N 2 --gpus-per-node=1\nsrun deepspeed train.py\n", "deepspeed's own launcher"),
     ("#SBATCH -N 2 --gpus-per-node=1\nsrun ./run.sh\n", "./run.sh: launch cannot see what it runs"),
     ("#SBATCH -N 2 --gpus-per-node=1\nsrun apptainer run i.sif python t.py\n", "runs the image's own runscript"),
-    ("#SBATCH -N 2 --gpus-per-node=1\nsrun --environment=pt.toml python t.py\n", "srun --environment=pt.toml"),
     ("#SBATCH -N 2 --gpus-per-node=1\nsrun python t.py 'unclosed\n", "bash's grammar cannot read it"),
 ])
 def test_what_it_cannot_bring_over_right_is_refused_with_the_reason(script: str, why: str) -> None:
@@ -339,3 +338,15 @@ def test_the_steps_own_variables_and_python_are_kept_as_the_step_had_them() -> N
     assert "node_setup" not in one_node.profile
     chdir = _convert(HEAD + "#SBATCH --chdir=/proj/code\n#SBATCH --signal=B:TERM@120\nsrun python t.py\n")
     assert chdir.reading.workdir == "/proj/code" and any("--signal" in why for _, _, why in chdir.not_carried)
+
+
+def test_shifter_and_the_container_engine_become_the_container_section() -> None:
+    shifter = _convert(HEAD + "#SBATCH --image=docker:nersc/pytorch:24.06.01\n"
+                              'srun shifter --module=gpu --volume="/pscratch/data:/data;/global/cfs:/cfs" python t.py\n')
+    assert shifter.profile["container"] == {"image": "docker:nersc/pytorch:24.06.01", "runtime": "shifter",
+                                            "mounts": ["/pscratch/data:/data", "/global/cfs:/cfs"],
+                                            "options": ["--module=gpu"]}
+    assert "image" not in shifter.profile["slurm"].get("extra_sbatch", {})
+    engine = _convert(HEAD + "srun --environment=pytorch-24.05 python t.py\n").profile
+    assert engine["container"] == {"image": "pytorch-24.05", "runtime": "edf"}
+    assert "#SBATCH --image=x: Shifter's image" in _refused(HEAD + "#SBATCH --image=x\nsrun python t.py\n")

@@ -74,11 +74,13 @@ def profiles(draw: Any) -> tuple[dict[str, Any], list[str]]:
     profile["after"] = draw(st.lists(st.sampled_from(["echo done", "cp -r /local/x /shared/x"]), max_size=2))
     if draw(st.booleans()):
         profile["prefix"] = draw(st.sampled_from([["nsys", "profile", "-o", "/tmp/p"], ["numactl", "--interleave=all"]]))
-    runtime = draw(st.sampled_from([None, "pyxis", "apptainer", "podman"]))
+    runtime = draw(st.sampled_from([None, "pyxis", "apptainer", "podman", "shifter", "edf"]))
     if runtime is not None:
-        profile["container"] = {"runtime": runtime, "mounts": draw(MOUNTS),
+        # the Container Engine's mounts are in its environment file, which the script only names
+        profile["container"] = {"runtime": runtime, "mounts": [] if runtime == "edf" else draw(MOUNTS),
                                 "image": {"pyxis": "nvcr.io#nvidia/pytorch:24.05-py3", "apptainer": "/img/pt.sif",
-                                          "podman": "localhost/pt:1"}[runtime]}
+                                          "podman": "localhost/pt:1", "shifter": "docker:nvcr.io/nvidia/pytorch:24.05",
+                                          "edf": "/users/u/.edf/pytorch.toml"}[runtime]}
     strategy = draw(st.sampled_from(["ddp", "accelerate"]))
     args = draw(st.lists(WORDS, max_size=4))
     code = ["--script", "train.py"] if draw(st.booleans()) else ["--module", "pkg.train"]

@@ -12,7 +12,7 @@ from launch.backends.slurm import sbatch_script, submission
 from launch.backends.slurm.login import Login, remote_run_dir
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submission_of, submitit_job
-from launch.core import python_env
+from launch.core import containers, python_env
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.plan import (
     REMOTE_PYTHON,
@@ -136,10 +136,11 @@ def _build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
     env = plan_env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
     job = submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir, code=inputs.code, env=env,
                        workdir=inputs.workdir, python=inputs.python, setup_python=inputs.setup_python)
+    own = tuple(containers.files(inputs.profile, run_dir=inputs.run_dir, workdir=inputs.workdir))  # the runtime's
     if inputs.profile.slurm is not None and inputs.profile.slurm.login is not None:  # submitted there, from a file
-        job = replace(job, files=(PlanFile(path=str(PurePath(inputs.run_dir, submission.FILE)),
-                                           text=submission_of(job, inputs.profile).to_json()),))
-    return make_plan(inputs, env, job)
+        own += (PlanFile(path=str(PurePath(inputs.run_dir, submission.FILE)),
+                         text=submission_of(job, inputs.profile).to_json()),)
+    return make_plan(inputs, env, replace(job, files=own))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from launch.backends.slurm import sbatch_text
@@ -91,7 +92,10 @@ def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tup
             slurm["requeue_signal"] = name_.removeprefix("SIG")
             if delay.isdigit():
                 slurm["signal_delay_s"] = int(delay)
-    srun_args, container = _srun(step, reasons)
+    image = options.pop("image", None)  # Shifter's #SBATCH --image
+    srun_args, container = _srun(step, reasons, image)
+    if image is not None and (container is None or container["runtime"] != "shifter"):
+        reasons.append((0, f"#SBATCH --image={image}: Shifter's image, and the step runs no `shifter`"))
     if srun_args:
         slurm["srun_args"] = srun_args
     extra: dict[str, str] = {}
@@ -128,10 +132,13 @@ def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tup
     return profile, _command(reading, name)
 
 
-def _srun(step: Step, reasons: list[tuple[int, str]]) -> tuple[list[str], dict[str, Any] | None]:
+def _srun(step: Step, reasons: list[tuple[int, str]], image: str | None) -> tuple[list[str], dict[str, Any] | None]:
+    """The step's srun options launch passes on, and its container (pyxis's options, CSCS's --environment, or
+    the command's own; ``image``: #SBATCH --image, Shifter's)."""
     args: list[str] = []
     pyxis: dict[str, Any] = {}
     options: list[str] = []
+    engine = None
     for option, value in step.srun:
         if option == "container-image":
             pyxis["image"] = value
@@ -144,12 +151,15 @@ def _srun(step: Step, reasons: list[tuple[int, str]]) -> tuple[list[str], dict[s
         elif option.startswith(("container-", "no-container-")):
             options.append(f"--{option}" + (f"={value}" if value is not None else ""))
         elif option == "environment":
-            reasons.append((0, f"srun --environment={value}: the container engine's environment file; launch does "
-                               "not run it yet"))
+            engine = value
         elif option in MANAGED_SRUN_OPTIONS:
             pass  # noted: launch sets it on the step itself
         else:
             args.append(f"--{option}" + (f"={value}" if value is not None else ""))
+    if engine is not None:
+        if step.container is not None or pyxis:
+            reasons.append((0, f"srun --environment={engine} and another container"))
+        return args, {"image": engine, "runtime": "edf"}
     if pyxis:
         if step.container is not None:
             reasons.append((0, f"pyxis and {step.container.runtime}: two containers"))
@@ -161,6 +171,12 @@ def _srun(step: Step, reasons: list[tuple[int, str]]) -> tuple[list[str], dict[s
                       **({"options": options} if options else {})}
     if step.container is not None:
         inside = step.container
+        if inside.runtime == "shifter" and not inside.image:
+            if image is None:
+                reasons.append((0, "shifter without an image: no --image on it, nor #SBATCH --image"))
+            inside = replace(inside, image=image or "")
+        elif image is not None:
+            reasons.append((0, f"#SBATCH --image={image} with {inside.runtime}: Shifter's option, for `shifter`"))
         return args, {"image": inside.image, "runtime": inside.runtime,
                       **({"mounts": list(inside.mounts)} if inside.mounts else {}),
                       **({"workdir": inside.workdir} if inside.workdir else {}),

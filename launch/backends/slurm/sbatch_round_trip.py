@@ -9,6 +9,8 @@ comparison renders the batch script for either.
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,8 @@ from pathlib import Path
 from launch.backends.slurm import sbatch_text
 from launch.backends.slurm.sbatch_profile import DEFAULT_PYTHON, NOT_CARRIED
 from launch.backends.slurm.sbatch_reading import Reading, memory_fact
+from launch.core.commands import PlanFile
+from launch.core.containers import EDF_FILE
 from launch.core.entrypoint import Target
 
 RUN_DIR = "/launch-round-trip/run"  # where the render puts its run folder: its logs and mounts are launch's own
@@ -136,7 +140,19 @@ def rendered_script(profile_file: Path, command: list[str], *, workdir: str) -> 
     restarts = int(command[command.index("--max-restarts") + 1]) if "--max-restarts" in command else 0
     plan = plan_for(profile, get_strategy(strategy), BACKEND, code, run_dir=RUN_DIR, python="python3",
                     workdir=workdir, expand_args="--expand-args" in command, max_restarts=restarts)
-    return next(file.text for file in plan.files if file.text.startswith("#!/bin/bash"))
+    script = next(file.text for file in plan.files if file.text.startswith("#!/bin/bash"))
+    return _as_written(script, plan.files)
+
+
+def _as_written(script: str, files: tuple[PlanFile, ...]) -> str:
+    """The render with launch's own environment file (CSCS's Container Engine) named by the environment it
+    inherits, as the user's script names it: what the job runs in, not where launch wrote it down."""
+    for file in files:
+        if file.path.endswith(f"/{EDF_FILE}"):
+            found = re.search(r"^base_environment = (.*)$", file.text, re.M)
+            if found:
+                script = script.replace(f"--environment={file.path}", f"--environment={json.loads(found[1])}")
+    return script
 
 
 def table(rows: list[Row]) -> str:

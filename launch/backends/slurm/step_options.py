@@ -150,6 +150,29 @@ def apptainer(name: str, words: list[str]) -> tuple[Container, list[str]]:
                      options=tuple(options)), words[index + 1:]
 
 
+def shifter(words: list[str]) -> tuple[Container, list[str]]:
+    """``shifter [--image=IMAGE] [--volume=SRC:DST[;...]] [--module=M] COMMAND``; the image may come from
+    ``#SBATCH --image`` instead (empty here)."""
+    image, mounts, options = "", [], []
+    index = 0
+    while index < len(words) and words[index].startswith("-"):
+        option, equals, value = words[index].partition("=")
+        if option not in ("--image", "-i", "--volume", "-V", "--module", "-m"):
+            raise NotAStep(f"shifter {option}: not an option launch carries over (--image, --volume, --module)")
+        if not equals:
+            if index + 1 >= len(words):
+                raise NotAStep(f"shifter {option}: its value is missing")
+            value, index = words[index + 1], index + 1
+        if option in ("--image", "-i"):
+            image = value
+        elif option in ("--volume", "-V"):
+            mounts += [_mount(part) for part in value.split(";") if part]
+        else:
+            options.append(f"--module={value}")
+        index += 1
+    return Container(runtime="shifter", image=image, mounts=tuple(mounts), options=tuple(options)), words[index:]
+
+
 def _mount(text: str) -> str:
     parts = text.split(":")
     return f"{parts[0]}:{parts[0]}" if len(parts) == 1 else text

@@ -127,7 +127,7 @@ def _render(plan: LaunchPlan[SubmititJob]) -> list[str]:
             f"    python {shlex.join(replace(job.code, path=None).argv())}"
             + (f"  (importing from {job.code.path})" if job.code.path else "")]
     if job.remote is None:
-        return out
+        return [*out, *file_lines(job.files)]
     return [*out, *file_lines(job.files), "", *through_login.render_lines(plan, _submit_argv(job.remote))]
 
 

@@ -27,6 +27,7 @@ from launch.backends.slurm.step_options import (
     NotAStep,
     apptainer,
     podman,
+    shifter,
     srun_options,
 )
 from launch.core.rendezvous import TORCH_CONTRACT
@@ -122,7 +123,10 @@ def _command(words: list[str], *, first_line: int, evaluate: Evaluate = _templat
         inside, rest = podman(words[2:])
         return _command(rest, first_line=first_line, evaluate=evaluate, around=replace(around, container=inside))
     if name == "shifter":
-        raise NotAStep("shifter: launch does not run Shifter containers yet")
+        if container is not None:
+            raise NotAStep("shifter: a container inside a container")
+        inside, rest = shifter(words[1:])
+        return _command(rest, first_line=first_line, evaluate=evaluate, around=replace(around, container=inside))
     if name == "uv" and words[1:2] == ["run"]:
         rest = words[2:]
         flags = []
