@@ -119,6 +119,16 @@ ACCELERATE_FLAGS = frozenset({"--multi_gpu", "--multi-gpu", "--same_network", "-
                               "--no_python", "--no-python", "--quiet", "-q", "--debug"})
 
 
+def valued(words: list[str], index: int, where: str) -> tuple[str, int]:
+    """The value of the option at ``index`` (after its ``=``, else the next word), and the index of its last word."""
+    _, equals, value = words[index].partition("=")
+    if equals:
+        return value, index
+    if index + 1 >= len(words):
+        raise NotAStep(f"{where} {words[index]}: its value is missing")
+    return words[index + 1], index + 1
+
+
 def apptainer(name: str, words: list[str]) -> tuple[Container, list[str]]:
     mounts: list[str] = []
     options: list[str] = []
@@ -133,10 +143,7 @@ def apptainer(name: str, words: list[str]) -> tuple[Container, list[str]]:
             continue
         if option not in APPTAINER_BINDS | APPTAINER_PWD | APPTAINER_VALUES:
             raise NotAStep(f"{name} {option}: not an option launch knows")
-        if not equals:
-            if index + 1 >= len(words):
-                raise NotAStep(f"{name} {option}: its value is missing")
-            value, index = words[index + 1], index + 1
+        value, index = valued(words, index, f"{name}")
         if option in APPTAINER_BINDS:
             mounts += [_mount(part) for part in value.split(",")]
         elif option in APPTAINER_PWD:
@@ -159,10 +166,7 @@ def shifter(words: list[str]) -> tuple[Container, list[str]]:
         option, equals, value = words[index].partition("=")
         if option not in ("--image", "-i", "--volume", "-V", "--module", "-m"):
             raise NotAStep(f"shifter {option}: not an option launch carries over (--image, --volume, --module)")
-        if not equals:
-            if index + 1 >= len(words):
-                raise NotAStep(f"shifter {option}: its value is missing")
-            value, index = words[index + 1], index + 1
+        value, index = valued(words, index, "shifter")
         if option in ("--image", "-i"):
             image = value
         elif option in ("--volume", "-V"):
@@ -188,10 +192,7 @@ def podman(words: list[str]) -> tuple[Container, list[str]]:
         if option in PODMAN_FLAGS:
             index += 1
             continue
-        if not equals:
-            if index + 1 >= len(words):
-                raise NotAStep(f"podman run {option}: its value is missing")
-            value, index = words[index + 1], index + 1
+        value, index = valued(words, index, "podman run")
         if option in ("-v", "--volume"):
             mounts.append(value)
         elif option in ("-w", "--workdir"):

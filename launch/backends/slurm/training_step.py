@@ -29,6 +29,7 @@ from launch.backends.slurm.step_options import (
     podman,
     shifter,
     srun_options,
+    valued,
 )
 from launch.core.rendezvous import TORCH_CONTRACT
 
@@ -271,10 +272,7 @@ def _torchrun(python: str | None, words: list[str], around: Around, *, legacy: b
             continue
         if name not in TORCHRUN_VALUES | NPROC:
             raise NotAStep(f"torchrun {name}: not an option launch knows (it starts the processes itself)")
-        if not equals:
-            if index + 1 >= len(words):
-                raise NotAStep(f"torchrun {name}: its value is missing")
-            value, index = words[index + 1], index + 1
+        value, index = valued(words, index, "torchrun")
         if name in NPROC:
             nproc = value
         elif name in ("--max_restarts", "--max-restarts"):
@@ -324,10 +322,7 @@ def _accelerate(python: str | None, words: list[str], around: Around) -> Step:
             wiring.append(name)
             index += 1
             continue
-        if not equals:
-            if index + 1 >= len(words):
-                raise NotAStep(f"accelerate launch {name}: its value is missing")
-            value, index = words[index + 1], index + 1
+        value, index = valued(words, index, "accelerate launch")
         if name in ("--config_file", "--config-file"):
             config = value
         elif name in ("--num_processes", "--num-processes"):
