@@ -350,3 +350,13 @@ def test_shifter_and_the_container_engine_become_the_container_section() -> None
     engine = _convert(HEAD + "srun --environment=pytorch-24.05 python t.py\n").profile
     assert engine["container"] == {"image": "pytorch-24.05", "runtime": "edf"}
     assert "#SBATCH --image=x: Shifter's image" in _refused(HEAD + "#SBATCH --image=x\nsrun python t.py\n")
+
+
+def test_a_background_step_waited_for_by_its_pid_and_a_script_without_set_e_are_said() -> None:
+    converted = _convert(HEAD + "echo start\nsrun python t.py &\nPID=$!\nwait $PID\necho done\n")
+    assert converted.profile["after"] == ["echo done"]  # the step's own waiting is not an after line
+    notes = {why for _, _, why in converted.not_carried}
+    assert "launch waits for the step itself" in notes
+    assert any(why.startswith("launch stops the job at the first set-up line that fails") for why in notes)
+    strict = _convert(HEAD + "set -euo pipefail\necho start\nsrun python t.py\n")
+    assert not any("first set-up line that fails" in why for _, _, why in strict.not_carried)

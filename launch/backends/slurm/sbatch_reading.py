@@ -110,7 +110,10 @@ def _reading(reader: Shell, options: dict[str, str | None], step: Step, statemen
         reader.note(statement, f"{name}: launch wires the nodes, ranks, head and rendezvous itself")
     for option, _ in step.srun:
         if option in MANAGED_SRUN_OPTIONS:
-            reader.note(statement, f"srun --{option}: launch's own ({MANAGED_SRUN_OPTIONS[option]})")
+            reader.note(statement, f"srun --{option}: set by {MANAGED_SRUN_OPTIONS[option]}")
+    if reader.setup and not reader.errexit and reader.run_dir is None:
+        reader.note(0, "launch stops the job at the first set-up line that fails, where this script (no set -e) went "
+                       "on: end a line that may fail with `|| true`")
     for what, why in step.dropped:
         reader.note(statement, f"{what}: {why}")
     if reader.refusals:

@@ -197,6 +197,8 @@ def before(statement: Statement, reader: Shell, *, quiet: bool = False) -> None:
                                           "which launch does not follow; export the ones the job needs by name")
             return None
         if all(_SHELL_OPTION.fullmatch(flag) for flag in flags):
+            reader.errexit = reader.errexit or any(re.fullmatch(r"-[a-zA-Z]*e[a-zA-Z]*", flag) for flag in flags) \
+                or "errexit" in flags
             return note(SHELL_OPTIONS)
         if not quiet:
             _keep(statement, reader)
@@ -337,8 +339,17 @@ def _one_per_node(statement: Statement, reader: Shell) -> bool:
 
 
 def after(statement: Statement, reader: Shell, *, step_background: bool) -> None:
+    """A statement after the step: an ``after`` line, or the step's own waiting (``PID=$!``, ``wait``)."""
     text = statement.text
-    if statement.kind == "command" and statement.name == "wait" and len(statement.words) == 1 and step_background:
+    if step_background and statement.kind == "assign" and all(
+            word is not None and word.text in ("$!", '"$!"') for _, word in statement.assignments):
+        reader.waited_for |= {name for name, _ in statement.assignments}
+        reader.note(statement, "the step's process id: launch waits for the step itself")
+        return None
+    if step_background and statement.kind == "command" and statement.name == "wait" and \
+            set(names_in(text)) <= reader.waited_for:
+        if len(statement.words) > 1:
+            reader.note(statement, "launch waits for the step itself")
         return None
     if statement.kind == "command" and statement.name == "exit" and "$launch_status" in text:
         return None

@@ -89,6 +89,8 @@ class Shell:
         self.step_only: dict[int, Statement] = {}  # setup lines that only set variables (unexported), by index
         self.literal_braces: set[str] = set()  # `${...}` written literally (quoted) in the script's words
         self.expanding = False  # a render of launch's that has each process expand ${NAME} in its arguments
+        self.errexit = False  # the script stops at a failing line (set -e), as launch's set-up does
+        self.waited_for: set[str] = set()  # variables holding a background step's process id ($!)
 
     def note(self, statement: Statement | int, why: str, text: str | None = None) -> None:
         line = statement if isinstance(statement, int) else statement.line
