@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
+from launch.core import runtime_zip
 from launch.core.environment import RUN_DIR
 from launch.core.layout import STACK_REQUEST, STACKS
 from launch.core.shell import expands, quote_expanding
@@ -31,29 +32,33 @@ def host_run_dir(run_dir: str, root: str = HOST_RUNS) -> str:
     return str(PurePosixPath(root, f"{name}-{digest}"))
 
 
-def pack_snapshot(run_dir: str) -> tuple[str, ...]:
-    """The snapshot's copy in ``run_dir`` here, packed beside it for the journey to the hosts."""
-    return ("tar", "-cf", str(PurePosixPath(run_dir, SNAPSHOT_TAR)), "-C", run_dir, SNAPSHOT_FOLDER)
+def pack_snapshot(run_dir: str, *, runtime: bool = False) -> tuple[str, ...]:
+    """The snapshot's copy in ``run_dir`` here, packed beside it for the journey to the hosts (with launch's
+    runtime zip, for an image without launch)."""
+    return ("tar", "-cf", str(PurePosixPath(run_dir, SNAPSHOT_TAR)), "-C", run_dir, SNAPSHOT_FOLDER,
+            *((runtime_zip.NAME,) if runtime else ()))
 
 
-def unpack_snapshot(host_run_dir: str) -> str:
+def unpack_snapshot(host_run_dir: str, *, runtime: bool = False) -> str:
     """The shipped snapshot unpacked into the host's run folder, where it is not already (a resubmitted or
     continued run keeps the code it started with); hosts sharing the folder never unpack over each other."""
     code = shlex.quote(f"{host_run_dir}/{SNAPSHOT_FOLDER}")
     staged = shlex.quote(f"{host_run_dir}/{SNAPSHOT_FOLDER}") + ".$(hostname).$$"
     packed = shlex.quote(f"{host_run_dir}/{SNAPSHOT_TAR}")
-    return (f"{{ test -d {code} || {{ mkdir -p {staged} && tar -xf {packed} -C {staged} && "
+    zipped = (f"mv -n {staged}/{runtime_zip.NAME} {shlex.quote(host_run_dir)}/; " if runtime else "")
+    return (f"{{ test -d {code} || {{ mkdir -p {staged} && tar -xf {packed} -C {staged} && {zipped}"
             f"mv -T -n {staged}/{SNAPSHOT_FOLDER} {code}; rm -rf {staged}; test -d {code}; }}; }}")
 
 
 def host_command(*, workdir: str, files: Iterable[tuple[str, str]], env: Iterable[tuple[str, str]],
-                 argv: Iterable[str], snapshot_in: str | None = None, folders: tuple[str, ...] = ()) -> str:
+                 argv: Iterable[str], snapshot_in: str | None = None, folders: tuple[str, ...] = (),
+                 runtime: bool = False) -> str:
     """Into the project folder; ``folders`` made (a container mounts them); the snapshot unpacked into the run
     folder ``snapshot_in`` when shipped; the plan's files written where missing (a resubmitted run keeps its
     own); then the node's command with the plan's variables, in place of the shell."""
     steps = [shlex.join(["cd", workdir]), *([shlex.join(["mkdir", "-p", *folders])] if folders else [])]
     if snapshot_in is not None:
-        steps.append(unpack_snapshot(snapshot_in))
+        steps.append(unpack_snapshot(snapshot_in, runtime=runtime))
     for path, text in files:  # as base64: the text, whatever its quotes, crosses ssh and the shell unchanged
         folder = path.rsplit("/", 1)[0] if "/" in path else "."
         encoded = base64.b64encode(text.encode()).decode()

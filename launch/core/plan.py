@@ -159,9 +159,10 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
         code = in_snapshot(code, snapshot, run_dir=backend.job_run_dir(profile, run_dir, workdir), workdir=workdir)
     if check:
         code, profile = probe_target(code, profile), site_shell.modules_tried(profile)
-    # an image needs no launch of its own where the run folder reaches the nodes (shared, or shipped with it)
+    # an image needs no launch of its own where the run folder reaches the nodes (shared, or shipped with it),
+    # and on hosts of their own where the code's snapshot is shipped (the zip travels with it)
     runtime = runtime_zip.path_in(backend.job_run_dir(profile, run_dir, workdir)) \
-        if profile.container is not None and not backend.own_hosts else None
+        if profile.container is not None and (not backend.own_hosts or snapshot is not None) else None
     inputs = PlanInputs(profile=profile, strategy=chosen, bundled=bundled and not check, run_dir=run_dir,
                         python=python, here_python=here_python, setup_python=setup_python, workdir=workdir,
                         max_restarts=max_restarts, checking=check, code=code, snapshot=snapshot,

@@ -123,3 +123,24 @@ def test_ssh_hosts_run_the_guard_and_every_rank_in_the_podman_image(ssh_hosts, p
     assert [rank["host"] for rank in ranks] == ["n1", "n1", "n2", "n2"]
     for rank in ranks:
         assert rank["image"] == MARK and rank["site"]["SITE_TOKEN"] == "tok-0815"
+
+
+def test_ssh_hosts_run_an_image_without_launch(ssh_hosts, podman_image, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Over ssh, launch's runtime zip travels with the code's snapshot and is on every rank's path in an image
+    that has Python and torch and no launch. (The test hosts' project folder is this checkout, whose own launch/
+    comes first on a `python -m` path: a project without one imports launch from the zip, as on SLURM.)"""
+    out = tmp_path / "out"
+    profile = ssh_hosts.profile(tmp_path, python=None, extra=(
+        f"python: {sys.executable}\nenv:\n  CONTAINERS_CONF: {podman_image['CONTAINERS_CONF']}\n"
+        f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent, with_launch=False)}"))
+    done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(tmp_path / "run"),
+                   "--", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
+    assert [rank["host"] for rank in ranks] == ["n1", "n1", "n2", "n2"]
+    for rank in ranks:
+        assert rank["image"] == MARK and rank["sum"] == 10.0
+        assert any(entry.endswith("/launch-runtime.zip") for entry in rank["path"]), rank["path"]
+    packed = subprocess.run(["tar", "-tf", str(tmp_path / "run" / "code.tar")], capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    assert "launch-runtime.zip" in packed, "the zip travels with the snapshot"

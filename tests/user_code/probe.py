@@ -46,7 +46,7 @@ def main() -> None:
               "site": {key: value for key, value in os.environ.items() if key.startswith("SITE_")},
               "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH"), "executable": sys.executable,
               "prefix": sys.prefix, "cwd": os.getcwd(), "nice": os.nice(0),
-              "launch_from": getattr(sys.modules.get("launch"), "__file__", None),
+              "launch_from": getattr(sys.modules.get("launch"), "__file__", None), "path": sys.path,
               "image": open(IMAGE_MARK).read() if os.path.exists(IMAGE_MARK) else None}
     with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as sink:
         json.dump(record, sink)

@@ -131,7 +131,8 @@ def build(inputs: PlanInputs) -> LaunchPlan[SshJob]:
         command = NodeCommand(node_rank=rank, argv=guarded, env=shown_env, cwd=workdir)
         line = remote_shell.host_command(workdir=workdir, files=[(f.path, f.text) for f in host_files],
                                          env=shown_env, argv=[str(arg) for arg in guarded], folders=mounted,
-                                         snapshot_in=host_run_dir if inputs.snapshot else None)
+                                         snapshot_in=host_run_dir if inputs.snapshot else None,
+                                         runtime=inputs.runtime is not None)
         nodes.append(SshNode(
             host=str(host), command=command, ssh_argv=ssh.ssh_argv(section, host, line),
             stop_argv=ssh.ssh_argv(section, host, remote_shell.stop_command(host_run_dir)),
@@ -154,8 +155,9 @@ def build(inputs: PlanInputs) -> LaunchPlan[SshJob]:
                           env=tuple((name, value) for name, value in env if name in secret_names))
     return make_plan(inputs, env, SshJob(
         node=fan_out, nodes=tuple(nodes), host_files=host_files, host_folder=host_folder, secret_names=secret_names,
-        files=(spec,), before_argv=_ship_snapshot(section, hosts, inputs.run_dir, host_folder) if inputs.snapshot
-        else (), collect_argv=collect, after_argv=after, environment=environment,
+        files=(spec,), collect_argv=collect, after_argv=after, environment=environment,
+        before_argv=_ship_snapshot(section, hosts, inputs.run_dir, host_folder, inputs.runtime is not None)
+        if inputs.snapshot else (),
         environment_argv=tuple(_build_environment(section, host, environment, inputs.run_dir, host_folder)
                                for host in hosts) if environment is not None else ()))
 
@@ -172,10 +174,11 @@ def _build_environment(section: SshSection, host: ssh.Host, environment: EnvSpec
             ssh.ssh_argv(section, host, shlex.join(environment.build_argv(host_folder))))
 
 
-def _ship_snapshot(section: SshSection, hosts: list[ssh.Host], run_dir: str,
-                   host_folder: str) -> tuple[tuple[str, ...], ...]:
-    """Here, before the job: the snapshot packed, and copied onto every host (a stale copy removed first)."""
-    return (remote_shell.pack_snapshot(run_dir), *(
+def _ship_snapshot(section: SshSection, hosts: list[ssh.Host], run_dir: str, host_folder: str,
+                   runtime: bool) -> tuple[tuple[str, ...], ...]:
+    """Here, before the job: the snapshot (and launch's runtime zip, for an image without launch) packed, and
+    copied onto every host (a stale copy removed first)."""
+    return (remote_shell.pack_snapshot(run_dir, runtime=runtime), *(
         step for host in hosts for step in (
             ssh.ssh_argv(section, host, shlex.join(["mkdir", "-p", host_folder]) + " && "  # a stale copy never runs
                          + shlex.join(["rm", "-rf", f"{host_folder}/{remote_shell.SNAPSHOT_FOLDER}"])),
