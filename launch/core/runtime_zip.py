@@ -24,18 +24,9 @@ def path_in(run_dir: str) -> str:
     return str(PurePosixPath(run_dir, NAME))
 
 
-def python_path(run_dir: str, given: str | None) -> str:
-    """The processes' PYTHONPATH in an image: the runtime first, then the profile's own (else the job's)."""
-    return f"{path_in(run_dir)}:{given if given is not None else '${PYTHONPATH}'}"
-
-
-def contents() -> dict[str, bytes]:
-    """The zip's files: launch's and the packages', by their path inside."""
-    return dict(_contents())
-
-
 @functools.cache
 def _contents() -> tuple[tuple[str, bytes], ...]:
+    """The zip's files: launch's and the packages', by their path inside."""
     found = launch_files()
     for name in PACKAGES:
         spec = importlib.util.find_spec(name)
@@ -50,7 +41,7 @@ def _contents() -> tuple[tuple[str, bytes], ...]:
 
 @functools.cache
 def _zipped() -> bytes:
-    return zip_bytes(contents())
+    return zip_bytes(dict(_contents()))
 
 
 def write(run_dir: str | Path) -> Path:

@@ -360,3 +360,55 @@ def test_a_background_step_waited_for_by_its_pid_and_a_script_without_set_e_are_
     assert any(why.startswith("launch stops the job at the first set-up line that fails") for why in notes)
     strict = _convert(HEAD + "set -euo pipefail\necho start\nsrun python t.py\n")
     assert not any("first set-up line that fails" in why for _, _, why in strict.not_carried)
+
+
+def _dry_run(tmp_path: Path, text: str) -> str:
+    """What `launch from-sbatch --dry-run` says of the script (the round trip's comparison included)."""
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    return from_sbatch.convert_file(script, tmp_path / "job.yaml", dry_run=True)
+
+
+def _row(said: str, what: str) -> str:
+    """The comparison's row ``what``: its mark and the script's value ("= container  edf x")."""
+    return next(" ".join(line.split()) for line in said.splitlines() if line.split()[1:2] == [what.split()[0]]
+                and " ".join(line.split()[1:]).startswith(what))
+
+
+def test_the_codes_own_arguments_never_read_as_launchs_options(tmp_path: Path) -> None:
+    """Arguments of the user's code that look like launch's (--script, --expand-args, --max-restarts) stay the
+    code's: the round trip renders the module the script runs, with those arguments."""
+    said = _dry_run(tmp_path, HEAD + "srun python -m mypkg.train --script conf.py --expand-args --max-restarts 3\n")
+    assert _row(said, "runs ") == "= runs -m mypkg.train --script conf.py --expand-args --max-restarts 3"
+    assert not any(line.lstrip().startswith("≠") for line in said.splitlines()) and "--max-restarts 3 --" not in said
+
+
+def test_the_comparison_shows_the_steps_srun_options_and_the_container_engines_image(tmp_path: Path) -> None:
+    said = _dry_run(tmp_path, HEAD + "srun --environment=pytorch-24.05 --cpu-bind=cores python t.py\n")
+    assert _row(said, "container ") == "= container edf pytorch-24.05"
+    assert _row(said, "srun options") == "= srun options --cpu-bind=cores"
+    apptainer = _dry_run(tmp_path, HEAD + "srun apptainer exec --cleanenv -B /data:/data i.sif python t.py\n")
+    assert _row(apptainer, "container options") == "= container options --cleanenv"
+    assert _row(apptainer, "container mounts") == "= container mounts /data:/data"
+
+
+@pytest.mark.parametrize("step", ["apptainer exec -B data:/data i.sif python t.py",
+                                  "podman run -v data:/data img python t.py",
+                                  "--container-image=img --container-mounts=data:/data python t.py"])
+def test_a_relative_container_mount_is_refused_as_the_scripts(step: str) -> None:
+    assert "the mount 'data:/data': both paths must be absolute" in _refused(HEAD + f"srun {step}\n")
+
+
+def test_a_signal_launch_does_not_send_is_said_as_left_out_and_a_requeue_signal_is_kept() -> None:
+    term = _convert(HEAD + "#SBATCH --signal=B:TERM@60\nsrun python t.py\n")
+    said = [why for _, _, why in term.not_carried if "--signal" in why]
+    assert said and said[0].startswith("--signal=B:TERM@60: left out") and "requeue_signal" not in term.profile["slurm"]
+    usr1 = _convert(HEAD + "#SBATCH --signal=SIGUSR1@120\nsrun python t.py\n").profile["slurm"]
+    assert (usr1["requeue_signal"], usr1["signal_delay_s"]) == ("USR1", 120)
+
+
+def test_sbatchs_short_flags_take_no_value_and_an_unknown_one_is_refused() -> None:
+    converted = _convert("#!/bin/bash\n#SBATCH -O -N 2\n#SBATCH -HN2 --gpus-per-node=1\nsrun python t.py\n")
+    assert converted.profile["nodes"] == 2
+    assert converted.profile["slurm"]["extra_sbatch"] == {"overcommit": "", "hold": ""}
+    assert "line 2: -Z: not an option of sbatch" in _refused("#!/bin/bash\n#SBATCH -Z\nsrun python t.py\n")

@@ -130,7 +130,10 @@ def read(text: str) -> Script:
         if any(word in ("hetjob", "packjob", ":") for word in words):
             raise ScriptError(f"line {number}: a heterogeneous job (its components after {words[0]}...): launch runs "
                               "one allocation")
-        directives.append(Directive(number, line, tuple(sbatch_text.options(words)[0])))
+        try:
+            directives.append(Directive(number, line, tuple(sbatch_text.options(words))))
+        except ValueError as error:
+            raise ScriptError(f"line {number}: {error} (sbatch refuses it too)") from None
     return Script(tuple(directives), statements, tuple(late))
 
 

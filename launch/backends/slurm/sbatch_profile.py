@@ -10,10 +10,12 @@ from launch.backends.slurm.options import BY_SBATCH_OPTION, MANAGED_SRUN_OPTIONS
 from launch.backends.slurm.sbatch_reading import Reading, procs_per_node
 from launch.backends.slurm.sbatch_statements import NOTED_OPTIONS, REFUSED_OPTIONS
 from launch.backends.slurm.sbatch_values import Refused
+from launch.backends.slurm.step_options import NotAStep, mount
 from launch.backends.slurm.training_step import Step
 
 DEFAULT_PYTHON = "python3"  # what runs torchrun or accelerate where the script calls them by their own names
-NOT_CARRIED = frozenset({*NOTED_OPTIONS, *REFUSED_OPTIONS, "chdir"})  # #SBATCH options no key of the profile takes
+# #SBATCH options no key of the profile takes as they are (the signal: read into the requeue signal)
+NOT_CARRIED = frozenset({*NOTED_OPTIONS, *REFUSED_OPTIONS, "chdir", "signal"})
 
 
 def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -85,15 +87,13 @@ def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tup
         options.pop(option, None)
     if "output" in options:
         slurm["output"] = options.pop("output")
-    signal = options.pop("signal", None)
-    if signal:
-        name_, _, delay = signal.removeprefix("B:").partition("@")
-        if name_.removeprefix("SIG") in ("USR1", "USR2"):
-            slurm["requeue_signal"] = name_.removeprefix("SIG")
-            if delay.isdigit():
-                slurm["signal_delay_s"] = int(delay)
+    kept = sbatch_text.requeue_signal(options.pop("signal", None) or "")  # another is said in the notes
+    if kept is not None:
+        slurm["requeue_signal"] = kept[0]
+        if kept[1] is not None:
+            slurm["signal_delay_s"] = kept[1]
     image = options.pop("image", None)  # Shifter's #SBATCH --image
-    srun_args, container = _srun(step, reasons, image)
+    srun_args, container = srun_parts(step, reasons, image)
     if image is not None and (container is None or container["runtime"] != "shifter"):
         reasons.append((0, f"#SBATCH --image={image}: Shifter's image, and the step runs no `shifter`"))
     if srun_args:
@@ -132,7 +132,8 @@ def profile_of(reading: Reading, *, name: str, device: str | None = None) -> tup
     return profile, _command(reading, name)
 
 
-def _srun(step: Step, reasons: list[tuple[int, str]], image: str | None) -> tuple[list[str], dict[str, Any] | None]:
+def srun_parts(step: Step, reasons: list[tuple[int, str]],
+               image: str | None) -> tuple[list[str], dict[str, Any] | None]:
     """The step's srun options launch passes on, and its container (pyxis's options, CSCS's --environment, or
     the command's own; ``image``: #SBATCH --image, Shifter's)."""
     args: list[str] = []
@@ -143,7 +144,10 @@ def _srun(step: Step, reasons: list[tuple[int, str]], image: str | None) -> tupl
         if option == "container-image":
             pyxis["image"] = value
         elif option == "container-mounts":
-            pyxis["mounts"] = [_own_path(mount) for mount in (value or "").split(",") if mount]
+            try:
+                pyxis["mounts"] = [mount(part, "srun --container-mounts") for part in (value or "").split(",") if part]
+            except NotAStep as error:
+                reasons.append((0, str(error)))
         elif option == "container-workdir":
             pyxis["workdir"] = value
         elif option == "no-container-entrypoint":
@@ -182,10 +186,6 @@ def _srun(step: Step, reasons: list[tuple[int, str]], image: str | None) -> tupl
                       **({"workdir": inside.workdir} if inside.workdir else {}),
                       **({"options": list(inside.options)} if inside.options else {})}
     return args, None
-
-
-def _own_path(mount: str) -> str:
-    return mount if ":" in mount else f"{mount}:{mount}"
 
 
 def _command(reading: Reading, name: str) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch.backends.slurm import sbatch_text
-from launch.backends.slurm.sbatch_profile import DEFAULT_PYTHON, NOT_CARRIED
+from launch.backends.slurm.sbatch_profile import DEFAULT_PYTHON, NOT_CARRIED, srun_parts
 from launch.backends.slurm.sbatch_reading import Reading, memory_fact
 from launch.core.commands import PlanFile
 from launch.core.containers import EDF_FILE
@@ -72,16 +72,16 @@ def facts(reading: Reading, *, own: tuple[str, ...] = ()) -> list[tuple[str, str
     rows.append(("modules and setup, in order", "\n".join(shell) or "-"))
     rows.append(("once per node first", "\n".join(reading.node_setup) or "-"))
     rows.append(("after", "\n".join(reading.after) or "-"))
-    container = step.container
-    pyxis = dict(step.srun)
-    if "container-image" in pyxis:
-        rows.append(("container", f"pyxis {pyxis['container-image']}"))
-        rows.append(("container mounts", _mounts((pyxis.get("container-mounts") or "").split(","), own)))
-    elif container is not None:
-        rows.append(("container", f"{container.runtime} {container.image}"))
-        rows.append(("container mounts", _mounts(container.mounts, own)))
-    else:
+    # the step's container, whichever way the script says it (a command, pyxis's options, --environment)
+    srun_args, container = srun_parts(step, [], options.get("image"))
+    rows.append(("srun options", " ".join(srun_args) or "-"))
+    if container is None:
         rows.append(("container", "-"))
+    else:
+        rows.append(("container", f"{container['runtime']} {container['image']}"))
+        if container["runtime"] != "edf":  # the Container Engine's mounts are in its environment file
+            rows.append(("container mounts", _mounts(container.get("mounts", ()), own)))
+        rows.append(("container options", " ".join(container.get("options", ())) or "-"))
     rows.append(("python", step.python or DEFAULT_PYTHON))
     rows.append(("runs", shlex.join([*step.prefix, *(["-m"] if step.entry[0] == "--module" else []), step.entry[1],
                                      *reading.args])))
@@ -132,14 +132,15 @@ def rendered_script(profile_file: Path, command: list[str], *, workdir: str) -> 
     from launch.launchers.strategies import get_strategy
 
     profile = load_profile(str(profile_file))
-    entry = command.index("--script") if "--script" in command else command.index("--module")
-    args = tuple(command[command.index("--") + 1:]) if "--" in command else ()
-    code = Target(script=command[entry + 1], args=args) if command[entry] == "--script" else \
-        Target(module=command[entry + 1], args=args)
-    strategy = command[command.index("--strategy") + 1]
-    restarts = int(command[command.index("--max-restarts") + 1]) if "--max-restarts" in command else 0
+    split = command.index("--") if "--" in command else len(command)
+    ours, args = command[:split], tuple(command[split + 1:])  # launch's options, then the code's own arguments
+    entry = ours.index("--script") if "--script" in ours else ours.index("--module")
+    code = Target(script=ours[entry + 1], args=args) if ours[entry] == "--script" else \
+        Target(module=ours[entry + 1], args=args)
+    strategy = ours[ours.index("--strategy") + 1]
+    restarts = int(ours[ours.index("--max-restarts") + 1]) if "--max-restarts" in ours else 0
     plan = plan_for(profile, get_strategy(strategy), BACKEND, code, run_dir=RUN_DIR, python="python3",
-                    workdir=workdir, expand_args="--expand-args" in command, max_restarts=restarts)
+                    workdir=workdir, expand_args="--expand-args" in ours, max_restarts=restarts)
     script = next(file.text for file in plan.files if file.text.startswith("#!/bin/bash"))
     return _as_written(script, plan.files)
 

@@ -12,6 +12,7 @@ from launch.core.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.core.secrets import looks_secret
 from launch.errors import LaunchError
 
+HAND_ON_CPUS = 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'  # srun (22.05+) no longer inherits --cpus-per-task
 _UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
 
 
@@ -45,7 +46,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     lines += site_log_link(profile, run_dir)
     if profile.slurm is not None and profile.slurm.cpus_per_task:
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the batch job: hand it on.
-        lines.append('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
+        lines.append(HAND_ON_CPUS)
     lines += [
         "# The head node (first host of the allocation) hosts the rendezvous; fail here, not in a hung rendezvous.",
         f'hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"  # not piped into head: under pipefail its SIGPIPE could fail the job',

@@ -10,17 +10,20 @@ from typing import Any
 
 from launch.backends.slurm import batch_script
 from launch.backends.slurm.batch_script import Statement
+from launch.backends.slurm.sbatch_script import HAND_ON_CPUS
+from launch.backends.slurm.sbatch_text import signal_note
 from launch.backends.slurm.sbatch_values import Export, Note, Shell, names_in
 from launch.backends.slurm.training_step import NotAStep, Step, peel, srun_options, starts_code
 from launch.core import runtime_zip
 from launch.core.environment import EXPAND_ARGS
+from launch.core.plan import FLIGHT_RECORDER, FLIGHT_RECORDS
 from launch.core.rendezvous import TORCH_CONTRACT
 from launch.core.secrets import looks_secret
 from launch.core.site_shell import MODULE_INIT, NODE_SETUP
 from launch.launchers.torchrun import RESTART_ENV
 
 # What launch sets on every process anyway (an export of the same value is its own, left out).
-LAUNCH_DEFAULTS = {"PYTHONUNBUFFERED": "1", "TORCH_FR_BUFFER_SIZE": "2000", **RESTART_ENV}
+LAUNCH_DEFAULTS = {"PYTHONUNBUFFERED": "1", FLIGHT_RECORDER: str(FLIGHT_RECORDS), **RESTART_ENV}
 
 
 TRAINING_WORDS = re.compile(r"(^|[\s/'\"])(torchrun|torch\.distributed\.(run|launch)|accelerate(\s+|-)launch|"
@@ -32,8 +35,7 @@ REFUSED_OPTIONS = {"array": "a job array: use `launch sweep`, whose points each 
                    "hetjob": "a heterogeneous job: launch runs one allocation", "packjob": "a heterogeneous job"}
 NOTED_OPTIONS = {"error": "launch writes the job's errors with its output",
                  "open-mode": "launch appends to its own logs",
-                 "export": "launch exports the environment (ALL)",
-                 "signal": "kept as slurm.requeue_signal and slurm.signal_delay_s, which the submitit launcher uses"}
+                 "export": "launch exports the environment (ALL)"}
 # Lmod's `ml VERB ...`: anything else after `ml` is a module to load.
 LMOD_VERBS = frozenset({"purge", "restore", "save", "list", "avail", "spider", "show", "use", "unuse", "unload",
                         "swap", "switch", "reset", "savelist", "describe", "disable", "keyword", "whatis", "help",
@@ -55,7 +57,8 @@ def flatten(statements: tuple[Statement, ...], reader: Shell) -> list[Statement]
     out: list[Statement] = []
     for statement in statements:
         if statement.kind == "if_statement" and "$launch_status" in statement.text.splitlines()[0]:
-            inner = batch_script.parse(_if_body(statement.text), first_line=statement.line + 1)
+            body = statement.text.split("then", 1)[1].rsplit("fi", 1)[0]
+            inner = batch_script.parse(body, first_line=statement.line + 1)
             out += flatten(inner, reader)
         elif statement.kind == "list" and len(statement.items) == 2 and statement.operators == ("||",) \
                 and NODE_SETUP not in statement.items[0].text and _LAUNCH_STATUS.fullmatch(statement.items[1].text.strip()):
@@ -63,11 +66,6 @@ def flatten(statements: tuple[Statement, ...], reader: Shell) -> list[Statement]
         else:
             out.append(statement)
     return out
-
-
-def _if_body(text: str) -> str:
-    body = text.split("then", 1)[1]
-    return body.rsplit("fi", 1)[0]
 
 
 def assigned_in(text: str) -> set[str]:
@@ -89,6 +87,8 @@ def directives(script: batch_script.Script, run_dir: str | None, reader: Shell) 
                                               "line if that is what you want")
             elif name in NOTED_OPTIONS:
                 notes.append(Note(directive.line, directive.text, f"--{name}: {NOTED_OPTIONS[name]}"))
+            elif name == "signal":
+                notes.append(Note(directive.line, directive.text, signal_note(value or "")))
             if name in options and name not in ("mail-type",):
                 notes.append(Note(directive.line, directive.text, f"--{name} is given again: sbatch takes this one"))
             if name == "mail-type" and name in options and value:
@@ -270,7 +270,7 @@ def _declare(statement: Statement, reader: Shell, note: Any, quiet: bool) -> Non
         return note("launch's own")
     if wired or any(reader.variables[name].wiring for name in names):
         return note(f"{', '.join(wired or names)}: {WIRING}")
-    if statement.text == 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"':
+    if statement.text == HAND_ON_CPUS:
         return note("launch hands --cpus-per-task on to srun itself")
     if quiet:
         return None

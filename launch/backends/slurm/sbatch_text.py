@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import re
 
-SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
-         "q": "qos", "J": "job-name", "G": "gpus", "C": "constraint", "o": "output", "e": "error", "D": "chdir",
-         "w": "nodelist", "x": "exclude", "a": "array", "d": "dependency"}
+# sbatch's short options, as its getopt string has them: those that take a value, and those that take none.
+SHORT_VALUES = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
+                "q": "qos", "J": "job-name", "G": "gpus", "C": "constraint", "o": "output", "e": "error",
+                "D": "chdir", "w": "nodelist", "x": "exclude", "a": "array", "d": "dependency", "i": "input",
+                "m": "distribution", "L": "licenses", "M": "clusters", "B": "extra-node-info", "S": "core-spec",
+                "F": "nodefile"}
+SHORT_FLAGS = {"O": "overcommit", "H": "hold", "k": "no-kill", "s": "oversubscribe", "Q": "quiet", "v": "verbose",
+               "W": "wait", "h": "help", "V": "version"}
 
 
 def minutes(text: str) -> int | None:
@@ -42,14 +47,14 @@ def gigabytes(text: str) -> float | str | None:
     return int(megabytes // 1024) if megabytes % 1024 == 0 else megabytes / 1024
 
 
-FLAGS = {"exclusive", "requeue", "no-requeue", "overcommit", "no-container-entrypoint", "exact", "label",
-         "unbuffered", "overlap", "container-remap-root", "container-mount-home", "no-container-mount-home",
-         "container-writable", "container-readonly", "no-kill", "oversubscribe", "hold", "contiguous", "wait"}
+# sbatch's long options that take no value (a word after one is not its value).
+FLAGS = {"exclusive", "requeue", "no-requeue", "overcommit", "oversubscribe", "hold", "contiguous", "wait", "no-kill",
+         "parsable", "test-only", "spread-job", "use-min-nodes", "quiet", "verbose", "ignore-pbs", "reboot"}
 
 
-def options(words: list[str]) -> tuple[list[tuple[str, str | None]], int]:
-    """(long name, value) pairs from an #SBATCH line's words (``--a=b``, ``--a b``, ``-N 2``, ``-N2``), and how
-    many words were read."""
+def options(words: list[str]) -> list[tuple[str, str | None]]:
+    """(long name, value) pairs from an #SBATCH line's words (``--a=b``, ``--a b``, ``-N 2``, ``-N2``, ``-HN2``);
+    ValueError for a short option sbatch does not have."""
     found: list[tuple[str, str | None]] = []
     index = 0
     while index < len(words):
@@ -60,12 +65,20 @@ def options(words: list[str]) -> tuple[list[tuple[str, str | None]], int]:
                 value, index = words[index + 1], index + 1
             found.append((name, value if (equals or value) else None))
         elif word.startswith("-") and len(word) >= 2:
-            name = SHORT.get(word[1], word[1])
-            value = word[2:] or (words[index + 1] if index + 1 < len(words) else "")
-            index += 0 if word[2:] else 1
-            found.append((name, value))
+            letters = word[1:]
+            while letters:
+                letter, letters = letters[0], letters[1:]
+                if letter in SHORT_FLAGS:
+                    found.append((SHORT_FLAGS[letter], None))
+                elif letter in SHORT_VALUES:
+                    if not letters and index + 1 < len(words):
+                        letters, index = words[index + 1], index + 1
+                    found.append((SHORT_VALUES[letter], letters))
+                    letters = ""
+                else:
+                    raise ValueError(f"-{letter}: not an option of sbatch")
         index += 1
-    return found, index
+    return found
 
 
 def directive_words(text: str) -> list[str]:
@@ -104,3 +117,21 @@ def directive_words(text: str) -> list[str]:
     if word is not None:
         found.append("".join(word))
     return found
+
+
+def requeue_signal(value: str) -> tuple[str, int | None] | None:
+    """sbatch's ``--signal=[{R|B}:]SIG[@DELAY]`` as launch's requeue signal and delay, where it is one launch
+    sends (USR1, USR2); None otherwise."""
+    name, _, delay = value.split(":", 1)[-1].partition("@")
+    name = name.upper().removeprefix("SIG")
+    name = {"10": "USR1", "12": "USR2"}.get(name, name)  # by number, as Linux numbers them
+    return (name, int(delay) if delay.isdigit() else None) if name in ("USR1", "USR2") else None
+
+
+def signal_note(value: str) -> str:
+    """What becomes of an ``#SBATCH --signal``: kept as the requeue signal, or left out and why."""
+    if requeue_signal(value) is not None:
+        return (f"--signal={value}: kept as slurm.requeue_signal and slurm.signal_delay_s; launch sends it to the "
+                "job and asks the ranks to checkpoint and stop at it")
+    return (f"--signal={value}: left out: launch's requeue signal is USR1 or USR2 (slurm.requeue_signal); a trap "
+            "of this signal in your script does not carry over")

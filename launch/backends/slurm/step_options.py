@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from launch.backends.slurm import sbatch_text
 from launch.backends.slurm.options import SRUN_OPTIONS
+from launch.core.containers import parse_mount
 
 PYTHON = re.compile(r"(.*/)?python[0-9.]*\Z")
-WORKER = "launch.runtime.worker"
 # srun's options that take a value (long form), and its short options with and without one (Slurm 22.05).
 SRUN_FLAGS = frozenset({
     "exclusive", "kill-on-bad-exit", "label", "unbuffered", "overlap", "overcommit", "oversubscribe", "no-kill",
@@ -25,14 +26,12 @@ SRUN_FLAGS = frozenset({
 PYXIS_VALUES = frozenset({"container-image", "container-mounts", "container-workdir", "container-name",
                           "container-save", "container-env"})
 SRUN_ALIASES = {"cpu_bind": "cpu-bind", "mem_bind": "mem-bind"}  # srun's older spellings, still taken
-SRUN_SHORT_FLAGS = {"l": "label", "u": "unbuffered", "v": "verbose", "Q": "quiet", "K": "kill-on-bad-exit",
-                    "X": "disable-status", "Z": "no-allocate", "s": "oversubscribe", "O": "overcommit",
-                    "H": "hold", "k": "no-kill", "E": "preserve-env", "h": "help", "V": "version"}
-SRUN_SHORT_VALUES = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition",
-                     "A": "account", "q": "qos", "J": "job-name", "G": "gpus", "C": "constraint", "o": "output",
-                     "e": "error", "D": "chdir", "w": "nodelist", "x": "exclude", "d": "dependency",
-                     "m": "distribution", "i": "input", "r": "relative", "W": "wait", "T": "threads",
-                     "L": "licenses", "M": "clusters", "B": "extra-node-info", "S": "core-spec"}
+# srun's short options: sbatch's (sbatch_text), less those only sbatch has, and srun's own; -W takes a value here.
+SRUN_SHORT_FLAGS = {**{letter: name for letter, name in sbatch_text.SHORT_FLAGS.items() if letter != "W"},
+                    "l": "label", "u": "unbuffered", "K": "kill-on-bad-exit", "X": "disable-status",
+                    "Z": "no-allocate", "E": "preserve-env"}
+SRUN_SHORT_VALUES = {**{letter: name for letter, name in sbatch_text.SHORT_VALUES.items() if letter not in "aF"},
+                     "r": "relative", "W": "wait", "T": "threads"}
 # Commands that run the next words as a command of their own, per rank: launch's prefix key.
 PREFIXES = frozenset({"nsys", "numactl", "taskset", "nice", "ncu", "stdbuf", "chrt", "ionice", "time",
                       "valgrind", "ltrace", "strace", "perf"})
@@ -145,7 +144,7 @@ def apptainer(name: str, words: list[str]) -> tuple[Container, list[str]]:
             raise NotAStep(f"{name} {option}: not an option launch knows")
         value, index = valued(words, index, f"{name}")
         if option in APPTAINER_BINDS:
-            mounts += [_mount(part) for part in value.split(",")]
+            mounts += [mount(part, f"{name} {option}") for part in value.split(",")]
         elif option in APPTAINER_PWD:
             workdir = value
         else:
@@ -170,16 +169,20 @@ def shifter(words: list[str]) -> tuple[Container, list[str]]:
         if option in ("--image", "-i"):
             image = value
         elif option in ("--volume", "-V"):
-            mounts += [_mount(part) for part in value.split(";") if part]
+            mounts += [mount(part, f"shifter {option}") for part in value.split(";") if part]
         else:
             options.append(f"--module={value}")
         index += 1
     return Container(runtime="shifter", image=image, mounts=tuple(mounts), options=tuple(options)), words[index:]
 
 
-def _mount(text: str) -> str:
-    parts = text.split(":")
-    return f"{parts[0]}:{parts[0]}" if len(parts) == 1 else text
+def mount(text: str, what: str) -> str:
+    """A container mount as launch's profile holds it (``src:dst`` or ``src:dst:ro``); NotAStep, naming ``what``,
+    for one launch cannot mount (a relative path, an option it does not take)."""
+    try:
+        return parse_mount(text).spec()
+    except ValueError as error:
+        raise NotAStep(f"{what}: the mount {error}") from None
 
 
 def podman(words: list[str]) -> tuple[Container, list[str]]:
@@ -194,7 +197,7 @@ def podman(words: list[str]) -> tuple[Container, list[str]]:
             continue
         value, index = valued(words, index, "podman run")
         if option in ("-v", "--volume"):
-            mounts.append(value)
+            mounts.append(mount(value, f"podman run {option}"))
         elif option in ("-w", "--workdir"):
             workdir = value
         elif option in ("--network", "--net", "--pid", "--ipc") and value == "host":

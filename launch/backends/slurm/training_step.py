@@ -22,7 +22,6 @@ from launch.backends.slurm.step_options import (
     PYTHON,
     TORCHRUN_FLAGS,
     TORCHRUN_VALUES,
-    WORKER,
     Container,
     NotAStep,
     apptainer,
@@ -31,6 +30,7 @@ from launch.backends.slurm.step_options import (
     srun_options,
     valued,
 )
+from launch.core.plan import WORKER
 from launch.core.rendezvous import TORCH_CONTRACT
 
 __all__ = ["Container", "NotAStep", "Step", "peel", "srun_options", "starts_code"]
