@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launch import backends
-from launch.core import layout
+from launch.core import layout, run_jobs
 from launch.core.layout import METRICS
 from launch.core.output_file import write_new
 from launch.errors import LaunchError
@@ -43,7 +43,9 @@ def status_text(run_dir: Path) -> str:
 def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:
     """Under a run's state (``status``, ``launch ui``): the failure or hang report, the rank behind first, and
     the result where there is one."""
-    lines = []
+    lines = run_jobs.lines(run_dir)
+    if lines:
+        lines.insert(0, "the run's SLURM jobs:")
     if state.get("status") == "hung" or state.get("status") == "failed" and outcome.first_failure(run_dir):
         lines += [*outcome.failure_details(run_dir),
                   outcome.failure_message(run_dir, int(state.get("exit_code") or 1))]

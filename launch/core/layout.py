@@ -19,6 +19,7 @@ CHECK = "check"  # `launch check`'s reports: check/rank-N.json, node-K.json, lin
 CHECKPOINTS = "checkpoints"
 LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically
 REQUEUED = "requeued.json"  # why the job last requeued itself (the job writes it; status and submit read it)
+STOP_REQUEST = "stop.json"  # the batch shell asks every rank to checkpoint and stop (launch.runtime.slurm_batch)
 REQUEUES = "requeues.json"  # why SLURM requeued the job, per restart, as launch first found it (status, submit)
 NODE_SETUP_PREFIX = "node-setup-"  # logs/node-setup-HOST.log, and .json where a node's node_setup failed
 STACKS = "stacks"  # every rank's stacks: stacks/<time>/rank-N.txt (+ .collectives.json), by `launch stacks`

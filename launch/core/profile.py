@@ -64,9 +64,13 @@ class SlurmSection:
     gpu_type: str | None = None  # the GPU model SLURM knows (gres type): --gpus-per-node=TYPE:N
     constraint: str | None = None
     exclusive: bool = False
-    signal_delay_s: int = 90  # submitit launcher: USR2 this long before the time limit, to checkpoint and requeue
+    signal_delay_s: int = 90  # the requeue signal this long before the time limit: the ranks checkpoint and stop
     max_timeouts: int = 3  # requeues after running into the time limit (preemptions do not count)
-    requeue_signal: str = "USR2"  # submitit launcher: the signal that means 'checkpoint, then requeue' (USR1, USR2)
+    requeue_signal: str = "USR2"  # the signal that means 'checkpoint, then stop' (USR1, USR2)
+    # After the ranks stopped at the time limit: the job requeues itself, the run goes on in a job queued behind
+    # this one at its start (sites without requeue; sbatch launcher), or the run stops there.
+    on_time_limit: Literal["requeue", "chain", "stop"] = "requeue"
+    max_chain: int = 10  # on_time_limit chain: the most jobs of one run, the first included
     job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
     output: str | None = None  # where SLURM writes the batch log, for sites that require a place (sbatch's
     # --output pattern); None: the run folder. Either way launch reads it from the run folder.

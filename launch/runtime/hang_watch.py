@@ -3,6 +3,8 @@
 A thread of each rank's supervisor (``launch.runtime.worker.supervise``), about once a second:
 
 - a new name in ``stacks/request``: the rank's stacks and collectives taken into ``stacks/<name>/``;
+- a stop request (``stop.json``, made after this rank started: the sbatch launcher's time limit): its signal
+  passed to the code, where the code handles it (``launch.job.watch_stops``: checkpoint, then stop);
 - a hang declared (``stacks/hang-<time>.json``, by any rank's watch, after this rank started): the rank's stacks
   taken into ``stacks/hang-<time>/``; once every rank had ``DUMP_WINDOW_S`` to do the same, the code and the
   processes it started are killed, and the supervisor records the rank as hung;
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch.core.environment import HANG_TIMEOUT, RESTART_ON_HANG
-from launch.core.layout import HANG_PREFIX, LOGS, STACK_REQUEST, STACKS, read_json
+from launch.core.layout import HANG_PREFIX, LOGS, STACK_REQUEST, STACKS, STOP_REQUEST, read_json
 from launch.runtime import stacks
 
 DEFAULT_TIMEOUT_S = 1800.0
@@ -124,6 +126,7 @@ class Watch(threading.Thread):
         restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) > 0 and not rule.restart
         self.agent = os.pidfd_open(os.getppid()) if restarts else None
         self.answered = _request(self.folder)  # a request made before this rank started is not for it
+        self.stop_passed = False
         self.every = max(POLL_S, min(30.0, rule.timeout_s / 60))
         self.checked = time.monotonic()
 
@@ -149,6 +152,8 @@ class Watch(threading.Thread):
         if asked and asked != self.answered:
             self.answered = asked
             stacks.take(self.child, self.run_dir, self.rank, self.folder / asked)
+        if not self.stop_passed:
+            self.pass_stop()
         if self.keeps_clock and self.rule.timeout_s and time.monotonic() - self.checked >= self.every:
             self.checked = time.monotonic()
             if not declarations(self.folder, self.started):
@@ -159,6 +164,22 @@ class Watch(threading.Thread):
         declared = declarations(self.folder, self.started)
         if declared:
             self.end_hung(declared[0])
+
+    def pass_stop(self) -> None:
+        """A stop request made since this rank started: its signal to the code, if the code handles it (else the
+        code runs on, until the scheduler ends it)."""
+        request = read_json(self.run_dir / STOP_REQUEST)
+        if request is None or not isinstance(request.get("time"), int | float) or request["time"] < self.started:
+            return
+        self.stop_passed = True
+        try:
+            signum = signal.Signals[str(request.get("signal"))]
+        except KeyError:
+            return
+        if not stacks.send(self.child, signum, only_if="SigCgt") and self.rank == 0:
+            print(f"launch: {signum.name} asks the code to checkpoint and stop ({request.get('why')}), and it does not "
+                  "watch for it (launch.job.watch_stops): it runs on until the scheduler ends it", file=sys.stderr,
+                  flush=True)
 
     def end_hung(self, declared: dict[str, object]) -> None:
         """Take the rank's stacks into the hang's folder, then (after the dump window) kill its code; a job

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.core import run_jobs
 from tests.helpers import (
     ROOT,
     USER_CODE,
@@ -234,6 +235,69 @@ def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(second_p
     assert re.findall(r"resumed from step (\d+)", _log(run_dir)) == stops, "each allocation went on from the stop"
     assert re.search(r"Restarts=[1-9]", _slurm(env, "scontrol", "show", "job", job_id))
     assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=env).stdout, 60)
+
+
+def _paced(second_pair, tmp_path: Path, slurm: str) -> tuple[Path, Path, dict[str, str], str]:  # type: ignore[no-untyped-def]
+    """The paced resumable script (see the test above) submitted through the sbatch launcher, under a 2-minute
+    limit with the signal 30 s before it; (its output folder, run folder, clients' env, job id)."""
+    profile = second_pair.profile(tmp_path, slurm="  time_min: 2\n  signal_delay_s: 30\n" + slurm)
+    out, run_dir, env = tmp_path / "out", tmp_path / "run", second_pair.env
+    started = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--script",
+                      str(USER_CODE / "resumable.py"), "--run-dir", str(run_dir), "--detach", "--", str(out),
+                      "--steps", "400", "--step-seconds", "0.25", env=env)
+    assert started.returncode == 0, started.stderr
+    return out, run_dir, env, re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
+
+
+def _trained_exactly_once(out: Path, run_dir: Path) -> list[str]:
+    """Every step trained once by all 4 ranks, across allocations; the steps each allocation stopped at."""
+    assert wait_for_run(lambda: (out / "done.json").is_file(), run_dir, 180), _log(run_dir)[-3000:]
+    done = json.loads((out / "done.json").read_text())
+    assert done["steps"] == 400 and done["trained"] == list(range(1, 401)) and done["world_size"] == 4
+    stops = re.findall(r"stopped by SIGUSR2 at step (\d+)", _log(run_dir))
+    assert stops, "the job ran into its time limit at least once"
+    assert re.findall(r"resumed from step (\d+)", _log(run_dir)) == stops, "each allocation went on from the stop"
+    return stops
+
+
+def test_under_the_sbatch_launcher_a_job_at_its_time_limit_checkpoints_requeues_itself_and_resumes_exactly(  # type: ignore[no-untyped-def]
+        second_pair, tmp_path: Path) -> None:
+    """SLURM signals the batch shell (--signal=B:USR2@30); it asks every rank to stop, each rank's watch passes
+    USR2 to the code, which checkpoints at a step all ranks agree on; torchrun ends cleanly, and the batch
+    shell requeues the job, which continues from the checkpoint."""
+    out, run_dir, env, job_id = _paced(second_pair, tmp_path, "  max_timeouts: 10\n")
+    stops = _trained_exactly_once(out, run_dir)
+    assert re.search(r"Restarts=[1-9]", _slurm(env, "scontrol", "show", "job", job_id))
+    assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=env).stdout, 60)
+    status = run_cli("status", str(run_dir), env=env).stdout
+    assert f"job {job_id} (from step {stops[-1]}), started {len(stops) + 1} times: finished" in status, status
+    batch_log = "".join(path.read_text() for path in (run_dir / "logs").glob("slurm-*.out"))
+    assert "SIGUSR2: the time limit is near: every rank is asked to checkpoint and stop" in batch_log
+    assert f"job {job_id} requeued itself (slurm.on_time_limit: requeue)" in batch_log
+
+
+def test_where_a_job_may_not_requeue_a_chain_of_jobs_runs_one_run_and_resumes_exactly(  # type: ignore[no-untyped-def]
+        second_pair, tmp_path: Path) -> None:
+    """--no-requeue (as on a site with JobRequeue=0) and slurm.on_time_limit: chain: the first job queues the
+    next one behind it as it starts (afterany); at its time limit the ranks stop at a checkpoint and the run
+    goes on in the next job. Once the run is done, the job queued behind the last one is cancelled."""
+    out, run_dir, env, first = _paced(second_pair, tmp_path, "  on_time_limit: chain\n  max_chain: 5\n"
+                                                            "  extra_sbatch: {no-requeue: ''}\n")
+    stops = _trained_exactly_once(out, run_dir)
+    assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=env).stdout, 60)
+    status = run_cli("status", str(run_dir), env=env).stdout
+    jobs = run_jobs.jobs(run_dir)
+    assert [job.job for job in jobs][0] == first and len(jobs) == len(stops) + 1, status
+    for job, stop, following in zip(jobs, stops, jobs[1:], strict=False):
+        assert (job.ended, job.then, job.next, str(job.step)) == ("time limit", "chained", following.job, stop)
+        assert following.from_step == int(stop), "each job started from the step the one before stopped at"
+    assert jobs[-1].ended == "finished"
+    assert f"job {jobs[-1].job} (from step {stops[-1]}): finished" in status, status
+    assert "Requeue=0" in _slurm(env, "scontrol", "show", "job", first), "the job could not have requeued"
+    leftover = jobs[-1].next
+    assert leftover is not None, "the last job queued one behind it"
+    assert wait_for(lambda: leftover not in _slurm(env, "squeue", "-h", "-o", "%i").split(), 30), \
+        "the job queued behind the last one is cancelled once the run is done"
 
 
 def test_two_jobs_at_once_share_the_nodes_without_colliding(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]

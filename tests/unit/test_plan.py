@@ -85,7 +85,7 @@ def test_every_allocation_option_reaches_the_sbatch_script(write_profile) -> Non
     lines = plan.files[0].text.splitlines()
     assert {"#SBATCH --mem=0", "#SBATCH --job-name=nightly.run", "#SBATCH --overcommit"} <= set(lines)
     assert not [line for line in lines if line.startswith("#SBATCH --time")], "the partition's default applies"
-    srun = shlex.split(next(line for line in lines if line.startswith("srun ")))
+    srun = shlex.split(_srun_line(lines))
     assert srun[1:5] == ["--kill-on-bad-exit=1", "--output=/r/logs/node-%n.out", "--distribution=block", "--label"]
 
 
@@ -98,10 +98,15 @@ def test_every_allocation_option_reaches_submitit(write_profile) -> None:  # typ
     assert parameters["additional_parameters"] == {"overcommit": True}, "submitit writes True as a bare flag"
 
 
+def _srun_line(lines: list[str]) -> str:
+    """The batch script's training step: its srun line, without the ``&`` that puts it in the background."""
+    return next(line.strip().removesuffix(" &") for line in lines if line.strip().startswith("srun --kill-on-bad"))
+
+
 def test_sbatch_script_defers_node_rank_to_each_task(tmp_path: Path) -> None:
     """Run the script's srun line with a stand-in srun that runs bash twice, as two tasks would."""
     plan = plan_for("slurm-local-2x2")
-    srun_line = next(line for line in plan.files[0].text.splitlines() if line.startswith("srun "))
+    srun_line = _srun_line(plan.files[0].text.splitlines())
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     # Stand-in for srun (SLURM itself is exercised by the SLURM issue's cluster tests): two tasks, node ids 0, 1.

@@ -36,6 +36,8 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 RECORDER = f"""#!{sys.executable}
 import json, os, sys
+if sys.argv[1:3] == ["-m", "launch.runtime.slurm_batch"]:  # the batch shell's own: run for real
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 with open(os.environ["RECORD_TO"], "w", encoding="utf-8", errors="surrogateescape") as sink:
     json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, sink)
 """
@@ -99,7 +101,9 @@ def test_sbatch_script_hands_every_string_to_the_task_verbatim(recorder: Path, t
                                                                env_value: str) -> None:
     """The rendered batch script runs under bash with stand-ins for scontrol and srun (real SLURM runs it in
     the cluster tests); the task's command and environment must be exactly the plan's."""
-    plan = _plan("slurm-local-2x2", data_dir, env_value, recorder, "/runs/r1", launcher="sbatch")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    plan = _plan("slurm-local-2x2", data_dir, env_value, recorder, str(run_dir), launcher="sbatch")
     script = next(file.text for file in plan.files if file.path.endswith(".sbatch"))
     fake = recorder.parent
     (fake / "scontrol").write_text("#!/bin/bash\nprintf 'n1\\nn2\\n'\n")

@@ -14,7 +14,7 @@ from launch.backends.slurm import cluster as clusters
 from launch.backends.slurm.cluster import REMOTE_KEY, Cluster
 from launch.backends.slurm.follow import cancel, current_status, follow
 from launch.backends.slurm.state import job_state
-from launch.core import layout
+from launch.core import layout, run_jobs
 from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS
 from launch.core.plan import JobT, LaunchPlan, PlanInputs
 from launch.core.profile import Profile
@@ -138,6 +138,10 @@ class SlurmBackend(Generic[JobT]):
             status = outcome.ended(run_dir, "failed", final.exit_code or 1)[1] or 1
             raise WorkerFailure(f"job {job_id} ended {final.state}: " + outcome.failure_message(run_dir, status),
                                 exit_status=status, details=outcome.failure_details(run_dir))
+        if (layout.read_json(run_dir / layout.STATE) or {}).get("status") == "stopped":
+            print(f"the run stopped at a checkpoint before its time limit; continue it with the same submit command "
+                  f"and --run-dir {run_dir} --resume", *run_jobs.lines(run_dir), sep="\n")
+            return 0
         print(outcome.result_summary(run_dir))
         return 0
 
@@ -149,7 +153,7 @@ class SlurmBackend(Generic[JobT]):
 
         if not is_active(state):
             return False
-        cancel(str(state["job_id"]), clusters.of(state))
+        cancel(str(state["job_id"]), clusters.of(state), run_dir)
         return True
 
     def logs(self, run_dir: Path, state: State, *, rank: int | None, follow: bool) -> None:

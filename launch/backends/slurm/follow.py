@@ -11,7 +11,7 @@ from pathlib import Path
 from launch.backends import State
 from launch.backends.slurm.cluster import HERE, REMOTE_KEY, Cluster
 from launch.backends.slurm.state import JobState, job_state
-from launch.core import layout
+from launch.core import layout, run_jobs
 from launch.core.layout import REQUEUED, REQUEUES
 from launch.errors import SubmitError
 from launch.runs import merged_logs, outcome, run_folder
@@ -114,6 +114,12 @@ def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) ->
         if current.state == "PENDING":
             waiting.show(reason)
         if current.finished:
+            successor = _goes_on_in(run_dir, job_id, current, backend)
+            if successor is not None:
+                print(f"job {job_id}: stopped at a checkpoint before its time limit; the run goes on in job "
+                      f"{successor} (slurm.on_time_limit: chain)", flush=True)
+                job_id, restarts, ran_on, last = successor, 0, "", ("", "")
+                continue
             _record(run_dir, job_id, current, backend)
             return current
         stuck = _end_if_every_rank_ended(run_dir, job_id, current, backend, cluster)
@@ -173,8 +179,26 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     return ended
 
 
+def _goes_on_in(run_dir: Path, job_id: str, state: JobState, backend: str) -> str | None:
+    """The job the run goes on in after ``job_id`` ended, chained at its time limit; the run's record follows it."""
+    successor = run_jobs.successor(run_dir, job_id) if state.state == "COMPLETED" else None
+    if successor is not None:
+        recorded = layout.read_json(run_dir / layout.STATE) or {}
+        layout.write_json_atomic(run_dir / layout.STATE, {**recorded, "backend": backend, "job_id": successor,
+                                                      "status": "submitted", "updated": time.time()})
+    return successor
+
+
+def _stopped_at_time_limit(run_dir: Path, job_id: str) -> run_jobs.Job | None:
+    """The job, where its ranks stopped at a checkpoint before its time limit and the run stopped there."""
+    return next((job for job in run_jobs.jobs(run_dir) if job.job == job_id and job.ended == run_jobs.TIME_LIMIT
+                 and job.then == "stopped"), None)
+
+
 def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
+    if status == "finished" and _stopped_at_time_limit(run_dir, job_id) is not None:
+        status = "stopped"
     run_folder.close_rank_records(run_dir, cancelled=status == "cancelled")
     status, exit_code = outcome.ended(run_dir, status, state.exit_code)
     world = (layout.read_json(run_dir / layout.STATE) or {}).get("world_size")
@@ -193,6 +217,8 @@ def current_status(run_dir: Path, state: State, cluster: Cluster = HERE) -> Stat
         return state
     current = job_state(job_id, run=cluster.run)
     cluster.fetch(run_dir)
+    if current.finished and _goes_on_in(run_dir, job_id, current, str(state.get("backend"))) is not None:
+        return current_status(run_dir, layout.read_json(run_dir / layout.STATE) or state, cluster)
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current, str(state.get("backend")))
         return layout.read_json(run_dir / layout.STATE) or state
@@ -209,7 +235,9 @@ def current_status(run_dir: Path, state: State, cluster: Cluster = HERE) -> Stat
     return {**state, "status": shown, "nodes": current.nodes, "detail": "; ".join(detail)}
 
 
-def cancel(job_id: str, cluster: Cluster = HERE) -> None:
-    done = cluster.run(["scancel", job_id], 60)
+def cancel(job_id: str, cluster: Cluster = HERE, run_dir: Path | None = None) -> None:
+    """Cancel the job, and the job chained after it (slurm.on_time_limit: chain), which would run the run on."""
+    chained = run_jobs.chained(run_dir, job_id) if run_dir is not None else None
+    done = cluster.run(["scancel", job_id, *([chained] if chained else [])], 60)
     if done.returncode != 0:
         raise SubmitError(f"scancel {job_id}: {done.stderr.strip() or 'failed'}")

@@ -60,9 +60,11 @@ class SbatchJob:
     remote: Remote | None = None  # submitted through the cluster's login host (slurm.login); None: sbatch is here
 
 
-def requeue_signals(profile: Profile) -> str:
-    """What a SLURM task through submitit treats as 'checkpoint, then stop': the requeue signal and SIGTERM."""
-    return f"SIG{profile.slurm.requeue_signal if profile.slurm is not None else 'USR2'},SIGTERM"
+def requeue_signals(profile: Profile, *, sbatch: bool = False) -> str:
+    """What a SLURM rank treats as 'checkpoint, then stop': the requeue signal, and through submitit SIGTERM too
+    (under the sbatch launcher, torchrun's agent ends its workers at a SIGTERM itself)."""
+    name = f"SIG{profile.slurm.requeue_signal if profile.slurm is not None else 'USR2'}"
+    return name if sbatch else f"{name},SIGTERM"
 
 
 def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
@@ -113,9 +115,11 @@ def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[
 
 
 def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
-    env = plan_env(inputs, inputs.run_dir, **restart_env(inputs.profile, inputs.max_restarts))
+    # the requeue signal reaches the code through each rank's watch (the batch shell's stop request), as a stop
+    env = plan_env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile, sbatch=True),
+                   **restart_env(inputs.profile, inputs.max_restarts))
     node = _node(inputs, env)
-    script_path = str(PurePath(inputs.run_dir, "job.sbatch"))
+    script_path = str(PurePath(inputs.run_dir, sbatch_script.SCRIPT))
     script = sbatch_script.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,
                                   python=inputs.setup_python)
     files = (*plan_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
@@ -129,6 +133,11 @@ def build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
         raise LaunchError(f"--accelerate-config {inputs.accelerate_config.path}: `accelerate launch` reads it, which "
                           "the submitit launcher does not run (one task per process)",
                           "use --launcher sbatch: one task per node starts `accelerate launch` with your file")
+    slurm = inputs.profile.slurm
+    if slurm is not None and slurm.on_time_limit == "chain":
+        raise LaunchError(f"{inputs.profile.source}: slurm.on_time_limit: chain queues the run's next job from the "
+                          "sbatch launcher's batch script, which the submitit launcher does not run",
+                          "use --launcher sbatch, or on_time_limit: requeue or stop")
     return _through_login(inputs, _build_submitit)
 
 

@@ -125,8 +125,9 @@ MANAGED_OPTIONS = {"nodes": "nodes",
                    "job-name": "slurm.job_name (default: the profile and strategy names)",
                    "chdir": "the folder you submit from", "export": "the profile's env (all is exported)",
                    **{option: f"slurm.{row.key}" for row in ALLOCATION for option in (row.sbatch, *row.same_request)},
-                   "signal": "slurm.requeue_signal and slurm.signal_delay_s (submitit launcher)",
-                   "output": "slurm.output (launch reads the log from the run folder either way)"}
+                   "signal": "slurm.requeue_signal and slurm.signal_delay_s",
+                   "output": "slurm.output (launch reads the log from the run folder either way)",
+                   "open-mode": "launch (every allocation's log is kept: appended, also by the job's steps)"}
 # sbatch's long options (Slurm 22.05's man page, less help/usage/version and the ones for the terminal), so a
 # typo in extra_sbatch is a profile error, not an sbatch error after submission.
 SBATCH_OPTIONS = frozenset({

@@ -59,6 +59,8 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
                         "which is not shell)")
     problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
                  for key in ("signal_delay_s", "max_timeouts") if getattr(slurm, key) < 0]
+    if slurm.max_chain < 1:
+        problems.append(f"slurm.max_chain: must be at least 1 (the first job), got {slurm.max_chain}")
     most = slurm.time_min * 60 - MIN_RUN_BEFORE_SIGNAL_S if slurm.time_min is not None else None
     if most is not None and slurm.signal_delay_s > most:
         problems.append(f"slurm.signal_delay_s: {slurm.signal_delay_s} s before the end of a {slurm.time_min} min "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import PurePosixPath
 
 from launch.backends.slurm.options import sbatch_allocation
 from launch.core import containers, shell, site_shell
@@ -12,7 +13,9 @@ from launch.core.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.core.secrets import looks_secret
 from launch.errors import LaunchError
 
+SCRIPT = "job.sbatch"  # the batch script, in the run folder
 HAND_ON_CPUS = 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'  # srun (22.05+) no longer inherits --cpus-per-task
+SLURM_BATCH = "launch.runtime.slurm_batch"  # what the batch shell runs as each job starts and ends
 _UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
 
 
@@ -27,7 +30,9 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
     options: list[tuple[str, str | None]] = [
         ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
         *([("time", str(slurm.time_min))] if slurm.time_min is not None else []),
-        ("output", slurm.output or f"{run_dir}/logs/slurm-%j.out"), *sbatch_allocation(profile)]
+        ("output", slurm.output or f"{run_dir}/logs/slurm-%j.out"), ("open-mode", "append"),
+        *sbatch_allocation(profile),
+        ("signal", f"B:{slurm.requeue_signal}@{slurm.signal_delay_s}")]
     options += [(name, value or None) for name, value in slurm.extra_sbatch.items()]
     return options
 
@@ -59,19 +64,63 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
             *(profile.slurm.srun_args if profile.slurm is not None else ()),
             *containers.srun_options(profile, run_dir=run_dir, workdir=node.cwd)]
     lines.append(f"cd {shlex.quote(node.cwd)}")
-    task = ["# One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank.",
-            f"{shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))}"]
-    if not profile.has_shell:
-        lines += task
-    else:  # the profile's shell around the tasks: the batch shell outlives a SIGTERM, to run `after`
-        lines += [*site_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
-                  *node_setup_step(profile, python, run_dir, then=["launch_status=$?"])]
-        if profile.after:
-            lines.append("trap 'echo \"launch: SIGTERM: the tasks end, then the after lines run\" >&2' TERM")
-        lines += ['if [ "$launch_status" = 0 ]; then', *task[:-1], task[-1] + " || launch_status=$?", "fi",
-                  *site_shell.after_block(profile), 'exit "$launch_status"']
+    lines += job_start(profile, python, run_dir)
+    lines += [*site_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
+              *node_setup_step(profile, python, run_dir, then=["launch_status=$?"]), *time_limit_trap(profile, python,
+                                                                                                     run_dir)]
+    if profile.after:  # the batch shell outlives a SIGTERM, to run `after`
+        lines.append("trap 'echo \"launch: SIGTERM: the tasks end, then the after lines run\" >&2' TERM")
+    lines += ['if [ "$launch_status" = 0 ]; then',
+              "  # One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank. In the",
+              "  # background, so that a signal's trap runs at once (a trap waits for a command in the foreground).",
+              f"  {shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))} &",
+              "  launch_step=$!",
+              '  while kill -0 "$launch_step" 2>/dev/null; do wait "$launch_step"; done  # a trap ends a wait early',
+              '  wait "$launch_step"; launch_status=$?',
+              "fi", *site_shell.after_block(profile)]
+    lines += job_end(profile, python, run_dir)
     return "\n".join(lines) + "\n"
 
+
+def _batch_job(python: str, action: str, run_dir: str, *options: str) -> list[str]:
+    return [python, "-m", SLURM_BATCH, action, "--run-dir", run_dir, *options]
+
+
+def job_start(profile: Profile, python: str, run_dir: str) -> list[str]:
+    """The job recorded in the run folder as it starts; under ``on_time_limit: chain``, the run's next job queued
+    behind it, and a chained job whose run has ended stopped here (not an error)."""
+    slurm = profile.slurm
+    chain = slurm is not None and slurm.on_time_limit == "chain"
+    options = ["--max-chain", str(slurm.max_chain), "--script", str(PurePosixPath(run_dir, SCRIPT))] \
+        if chain and slurm is not None else []
+    said = "; the run's next job is queued behind this one (slurm.on_time_limit: chain)" if chain else ""
+    return [f"# Each job of the run is recorded as it starts (jobs.jsonl){said}",
+            shlex.join(_batch_job(python, "start", run_dir, *options))
+            + ' || { launch_status=$?; [ "$launch_status" = 3 ] && exit 0; exit "$launch_status"; }']
+
+
+def time_limit_trap(profile: Profile, python: str, run_dir: str) -> list[str]:
+    """SLURM's signal to the batch shell before the time limit (#SBATCH --signal=B:...): every rank asked to
+    checkpoint and stop."""
+    slurm = profile.slurm
+    if slurm is None:
+        return []
+    name = f"SIG{slurm.requeue_signal}"
+    return [f"# {slurm.signal_delay_s} s before the time limit SLURM sends {name} here: every rank is asked to "
+            "checkpoint and stop",
+            f"trap {shlex.quote(shlex.join(_batch_job(python, 'stop', run_dir, '--signal', name)))} "
+            f"{slurm.requeue_signal}"]
+
+
+def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:
+    """How the step ended, recorded; after a stop at the time limit, the job requeued, left to its chained
+    successor or stopped (``slurm.on_time_limit``). Its exit status is the job's."""
+    slurm = profile.slurm
+    if slurm is None:
+        return ['exit "$launch_status"']
+    argv = _batch_job(python, "end", run_dir, "--on-time-limit", slurm.on_time_limit, "--max-timeouts",
+                      str(slurm.max_timeouts))
+    return [f"# slurm.on_time_limit: {slurm.on_time_limit}", f'exec {shlex.join(argv)} --status "$launch_status"']
 
 def site_log_link(profile: Profile, run_dir: str) -> list[str]:
     """Where the site's ``slurm.output`` puts the batch log, linked from the run folder (the one place launch

@@ -10,7 +10,7 @@ from typing import Any
 
 from launch.backends.slurm import batch_script
 from launch.backends.slurm.batch_script import Statement
-from launch.backends.slurm.sbatch_script import HAND_ON_CPUS
+from launch.backends.slurm.sbatch_script import HAND_ON_CPUS, SLURM_BATCH
 from launch.backends.slurm.sbatch_text import signal_note
 from launch.backends.slurm.sbatch_values import Export, Note, Shell, names_in
 from launch.backends.slurm.training_step import NotAStep, Step, peel, srun_options, starts_code
@@ -361,6 +361,9 @@ def after(statement: Statement, reader: Shell, *, step_background: bool) -> None
         return None
     if statement.kind == "command" and statement.name == "trap" and "launch" in text:
         return None
+    own = [*names_in(text), *(name for name, _ in statement.assignments if statement.kind == "assign")]
+    if reader.run_dir is not None and (any(map(reader.own_name, own)) or SLURM_BATCH in text):
+        return None  # a render's own: its wait for the step, the job's end recorded
     if any((found := reader.variables.get(used)) is not None and found.wiring for used in names_in(text)):
         reader.note(statement, "it uses what the script derived for its own rank wiring, which launch does itself")
         return None

@@ -22,11 +22,11 @@ from pathlib import Path, PurePosixPath
 
 from launch.backends.slurm import login as login_host
 from launch.backends.slurm.login import Login
-from launch.backends.slurm.sbatch_answer import sbatch_job_id
 from launch.backends.slurm.submission import NO_SUBMITIT, NOT_SUBMITTED
 from launch.core import python_env
 from launch.core.machine import DISTRIBUTION
 from launch.core.profile import Profile
+from launch.core.sbatch_answer import sbatch_job_id
 from launch.core.snapshot import FOLDER as CODE
 from launch.core.wheel import launch_version
 from launch.errors import LaunchError, SubmitError

@@ -101,7 +101,13 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
                                                                         run_dir=run_dir, workdir=workdir, env=env)),
                        env_in_script=profile.has_shell,
                        requeue_signal=profile.slurm.requeue_signal if profile.slurm is not None else "USR2",
-                       max_num_timeout=profile.slurm.max_timeouts if profile.slurm is not None else 0)
+                       max_num_timeout=_timeouts(profile))
+
+
+def _timeouts(profile: Profile) -> int:
+    """submitit's requeues after a time limit: none where the run stops there (slurm.on_time_limit: stop)."""
+    slurm = profile.slurm
+    return 0 if slurm is None or slurm.on_time_limit == "stop" else slurm.max_timeouts
 
 
 def _keeping_status(lines: list[str]) -> list[str]:

@@ -25,10 +25,10 @@ from launch.backends.slurm.job_spec import (
     build_sbatch,
     job_name,
 )
-from launch.backends.slurm.sbatch_answer import sbatch_job_id
 from launch.core.commands import PlanFile
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import file_lines, node_lines
+from launch.core.sbatch_answer import sbatch_job_id
 from launch.errors import SubmitError
 
 if TYPE_CHECKING:
@@ -107,8 +107,8 @@ def _array(plans: Sequence[LaunchPlan[SbatchJob]], folder: str, parallel: int) -
 def _point_script(plan: LaunchPlan[SbatchJob]) -> str:
     """Where the point's batch script is read: its run folder here, or there."""
     if plan.job.remote is not None:
-        return str(PurePosixPath(plan.job.remote.run_dir, "job.sbatch"))
-    return next(file.path for file in plan.files if file.path.endswith("job.sbatch"))
+        return str(PurePosixPath(plan.job.remote.run_dir, sbatch_script.SCRIPT))
+    return next(file.path for file in plan.files if file.path.endswith(sbatch_script.SCRIPT))
 
 
 BACKEND: Backend[SbatchJob] = SlurmBackend("sbatch", SlurmLauncher(

@@ -20,11 +20,11 @@ from launch.backends.slurm.backend import (
 )
 from launch.backends.slurm.cluster import Cluster
 from launch.backends.slurm.job_spec import ArrayJob, build_submitit, job_name
-from launch.backends.slurm.sbatch_answer import sbatch_reason
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submission_of, task_of
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import env_lines, file_lines
+from launch.core.sbatch_answer import sbatch_reason
 from launch.errors import LaunchError, SubmitError
 
 if TYPE_CHECKING:

@@ -1,0 +1,105 @@
+"""The SLURM jobs one run is made of (``jobs.jsonl`` in the run folder): a requeued job runs again under its own
+id, a chained job (``slurm.on_time_limit: chain``) under a new one. Each job's batch shell adds a line as the job
+starts, chains a successor and ends (``launch.runtime.slurm_batch``); ``submit``, ``status`` and ``report`` read
+them. One JSON object per line, appended; no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+JOBS = "jobs.jsonl"
+TIME_LIMIT = "time limit"  # how a job ended whose ranks stopped at a checkpoint before its time limit
+
+
+def append(run_dir: Path, record: dict[str, Any]) -> None:
+    """One more line: one small write, appended (two writers never interleave within a line)."""
+    with open(run_dir / JOBS, "a", encoding="utf-8") as sink:
+        sink.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    """Every line written so far (a line cut short by a crash is skipped)."""
+    try:
+        lines = (run_dir / JOBS).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("job"), str):
+            found.append(record)
+    return found
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of the run, as its lines say: where it started from and how it ended."""
+
+    job: str
+    starts: int = 0  # times its batch shell started (a requeued job starts again)
+    from_step: int | None = None  # the checkpoint its last start continued from
+    ended: str | None = None  # finished, failed, time limit; None while it runs (or when it was killed)
+    then: str | None = None  # after a time limit: requeued, chained, stopped
+    step: int | None = None  # the checkpoint it stopped at
+    next: str | None = None  # the job chained after it
+    why: str = ""  # a word on how it ended (a requeue refused, the most chained jobs reached)
+
+
+def jobs(run_dir: Path) -> list[Job]:
+    """The run's jobs in the order they first started, each as its last lines say."""
+    found: dict[str, Job] = {}
+    for record in records(run_dir):
+        job = found.get(record["job"], Job(record["job"]))
+        event = record.get("event")
+        if event == "started":
+            job = Job(job.job, starts=job.starts + 1, from_step=record.get("from_step"), next=job.next)
+        elif event == "chained":
+            job = replace(job, next=record.get("next"))
+        elif event == "ended":
+            job = replace(job, ended=record.get("ended"), then=record.get("then"), step=record.get("step"),
+                          why=str(record.get("why") or ""))
+        found[job.job] = job
+    return list(found.values())
+
+
+def successor(run_dir: Path, job_id: str) -> str | None:
+    """The job chained after ``job_id`` that the run goes on in: once ``job_id`` stopped at its time limit."""
+    for job in jobs(run_dir):
+        if job.job == job_id and job.ended == TIME_LIMIT and job.then == "chained":
+            return job.next
+    return None
+
+
+def chained(run_dir: Path, job_id: str) -> str | None:
+    """The job queued after ``job_id`` (whether or not the run goes on in it)."""
+    return next((job.next for job in jobs(run_dir) if job.job == job_id), None)
+
+
+def describe(job: Job) -> str:
+    """One job as ``status`` shows it: "job 12 (from step 400): time limit at step 800, chained to job 13"."""
+    start = f" (from step {job.from_step})" if job.from_step else " (from the start)" if job.starts else ""
+    restarts = f", started {job.starts} times" if job.starts > 1 else ""
+    if job.ended is None:
+        end = "running, or ended without a word (cancelled or killed)"
+    elif job.ended == TIME_LIMIT:
+        at = f" at step {job.step}" if job.step is not None else ""
+        then = f"chained to job {job.next}" if job.then == "chained" else str(job.then)
+        end = f"stopped{at} before its time limit, {then}" + (f" ({job.why})" if job.why else "")
+    else:
+        end = job.ended + (f" ({job.why})" if job.why else "")
+    return f"job {job.job}{start}{restarts}: {end}"
+
+
+def lines(run_dir: Path) -> list[str]:
+    """The run's jobs, a line each, where it took more than one (or one that stopped at its time limit)."""
+    found = jobs(run_dir)
+    if not found or (len(found) == 1 and found[0].starts <= 1 and found[0].ended != TIME_LIMIT):
+        return []
+    return [f"  {describe(job)}" for job in found]
