@@ -102,12 +102,14 @@ def report(given: list[str], runs: Path, output: Path) -> str:
 
     if output.suffix.lower() != ".png":
         raise LaunchError(f"--output {output}: must end in .png")
-    curves, ended_badly = [], []
+    curves, notes = [], []
     for name in given:
         folder = _folder_with_metrics(name, runs)
         hung = None if sweep.is_sweep(folder) else outcome.hang_message(folder)
         if hung is not None:
-            ended_badly.append(f"{folder}: {hung}")
+            notes.append(f"{folder}: {hung}")
+        if run_jobs.lines(folder):  # one run made of several SLURM jobs: each, where it started and how it ended
+            notes += [f"{folder}: its SLURM jobs:", *run_jobs.lines(folder)]
         if sweep.is_sweep(folder):  # every point that logged something, best first
             found = [plots.read_run(run_dir, name=f"p{index} {values}")
                      for index, values, run_dir in sweep.point_folders(folder) if (run_dir / METRICS).is_file()]
@@ -115,7 +117,7 @@ def report(given: list[str], runs: Path, output: Path) -> str:
         else:
             curves.append(plots.read_run(folder))
     write_new(output, lambda sink: plots.plot(curves, sink))
-    return "\n".join([plots.summary_table(curves), *ended_badly])
+    return "\n".join([plots.summary_table(curves), *notes])
 
 
 def _folder_with_metrics(given: str, runs: Path) -> Path:

@@ -37,7 +37,49 @@ def first_failure(run_dir: Path) -> dict[str, Any] | None:
         return min(own, key=lambda note: note.get("time", 0.0))
     if silent and len(silent) < len(notes):  # the others lost it as a peer, or were stopped after it died
         return {**silent[0], "error": SILENT_END}
-    return min(failed, key=lambda note: note.get("time", 0.0), default=None)
+    noticed = min(failed, key=lambda note: note.get("time", 0.0), default=None)
+    left = _left_first(notes, noticed)
+    return {**left, "error": _how_it_ended(left), "left": True, "noticed_by": noticed} if left and noticed else noticed
+
+
+def _left_first(notes: list[dict[str, Any]], noticed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The rank that ended (finished, or stopped) while the others still waited for it in a collective: of the
+    ranks that ended cleanly, the one with the fewest collectives (the peer that lost it may record its failure
+    before the rank that left has recorded its end)."""
+    if noticed is None or not _lost_a_peer(str(noticed.get("error", ""))):
+        return None
+    ended = [note for note in notes if note.get("status") in ("finished", "stopped")]
+    return min(ended, key=lambda note: (int((note.get("last_collective") or {}).get("seq", 0) or 0),
+                                        note.get("time", 0.0)), default=None)
+
+
+def _how_it_ended(note: dict[str, Any]) -> str:
+    """A rank that left, in words: its status, exit status and last collective."""
+    said = f"{note.get('status')} with exit status {note.get('exit_code', 0)}"
+    return said + (f" after collective {_collective(note)}" if note.get("last_collective") else "")
+
+
+def _collective(note: dict[str, Any]) -> str:
+    """A rank's last collective as recorded at its end: "4 (allreduce)"."""
+    last = note.get("last_collective") or {}
+    op = str(last.get("op", "")).split(":")[-1]
+    return f"{last.get('seq')}" + (f" ({op})" if op else "")
+
+
+def _left_message(failure: dict[str, Any], run_dir: Path) -> str:
+    """The report of a rank that left while the others waited for it, and what that did to them."""
+    rank, notes = int(failure.get("rank") or 0), rank_notes(run_dir)
+    noticed = failure["noticed_by"]
+    waiting = [note for note in notes if note.get("status") == "failed" and _lost_a_peer(str(note.get("error", "")))]
+    where = ", ".join(f"rank {note.get('rank')} waited in collective {_collective(note)}" for note in
+                      sorted(waiting, key=lambda note: int(note.get("rank") or 0)) if note.get("last_collective"))
+    seqs = {int((note.get("last_collective") or {}).get("seq", 0)) for note in [failure, *waiting]
+            if note.get("last_collective")}
+    uneven = "; the ranks ran different numbers of collectives, so their loops ran different numbers of steps" \
+        if len(seqs) > 1 else ""
+    return (f"rank {rank} on {failure.get('host')} left first: it {failure.get('error')} while "
+            f"{where or 'the others still needed it'}{uneven}; rank {noticed.get('rank')} on {noticed.get('host')} "
+            f"then failed ({noticed.get('error')}); its log: {rank_log_path(run_dir, rank)}")
 
 
 def _lost_a_peer(error: str) -> bool:
@@ -91,6 +133,8 @@ def failure_message(run_dir: Path, status: int) -> str:
     if failure is None:
         return f"the job failed with exit status {status}; rank logs: {run_dir / LOGS}"
     rank = int(failure.get("rank") or 0)
+    if failure.get("left"):
+        return f"the job failed with exit status {status}: " + _left_message(failure, run_dir)
     return (f"the job failed with exit status {status}: rank {rank} on {failure.get('host')} failed first "
             f"({failure.get('error')}{_unanswered(failure, rank_notes(run_dir))}); its log: "
             f"{rank_log_path(run_dir, rank)}")
@@ -139,7 +183,7 @@ def failure_details(run_dir: Path) -> tuple[str, ...]:
         tail = path.read_bytes()[-65536:].decode(errors="replace").splitlines()[-TAIL_LINES:]
     except OSError:
         tail = []
-    head = f"launch: rank {rank} on {failure.get('host')} failed first{after}."
+    head = f"launch: rank {rank} on {failure.get('host')} {'left' if failure.get('left') else 'failed'} first{after}."
     return (head + (f" The end of its log ({path}):" if tail else ""), *(f"    {line}" for line in tail))
 
 

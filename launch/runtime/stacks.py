@@ -81,6 +81,28 @@ def flight_record() -> dict[str, object]:
             "recorded": bool(entries) or _recording()}
 
 
+def last_collective() -> dict[str, object]:
+    """The last collective of this process's default group, as its end is recorded (``last_collective``: its
+    sequence number, operation and state, "completed" or one still under way); empty without a flight record.
+    The record outlives ``destroy_process_group``."""
+    if "torch.distributed" not in sys.modules or not _recording():
+        return {}
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+
+        entries = json.loads(_dump_fr_trace_json(True, False)).get("entries", [])
+    except Exception:  # noqa: BLE001 - a rank's end is recorded whatever torch says here
+        return {}
+    ordered = [entry for entry in entries if not entry.get("is_p2p") and entry.get("collective_seq_id")]
+    if not ordered:
+        return {}
+    first_group = min(str(entry.get("pg_id")) for entry in ordered)
+    last = max((entry for entry in ordered if str(entry.get("pg_id")) == first_group),
+               key=lambda entry: int(entry["collective_seq_id"]))
+    return {"last_collective": {"seq": int(last["collective_seq_id"]), "op": str(last.get("profiling_name", "")),
+                                "state": str(last.get("state", ""))}}
+
+
 def _recording() -> bool:
     return int(os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or 0) > 0
 

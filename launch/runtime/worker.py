@@ -227,7 +227,7 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
             code = _exit_status(run)
             flush_checkpoints()  # a checkpoint still being written in the background is finished first
         except StopRequested as request:
-            ranklog.record_rank(me.run_dir, rank, "stopped", request, exit_code=0)
+            ranklog.record_rank(me.run_dir, rank, "stopped", request, exit_code=0, **stacks.last_collective())
             print(f"{request}; the job continues from it when it runs again", flush=True)
             return 0
         except KeyboardInterrupt:  # SIGINT (Ctrl-C reaches every process of the terminal's group): stopped
@@ -236,12 +236,13 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
             return 128 + signal.SIGINT
         except BaseException as error:  # noqa: BLE001 - any end of the user's code is reported, then ends the rank
             traceback.print_exc()
-            ranklog.record_rank(me.run_dir, rank, "failed", error, exit_code=1)
+            ranklog.record_rank(me.run_dir, rank, "failed", error, exit_code=1, **stacks.last_collective())
             return 1
     if code:
-        ranklog.record_rank(me.run_dir, rank, "failed", reason=f"exited with status {code}", exit_code=code)
+        ranklog.record_rank(me.run_dir, rank, "failed", reason=f"exited with status {code}", exit_code=code,
+                            **stacks.last_collective())
     else:
-        ranklog.record_rank(me.run_dir, rank, "finished", exit_code=0)
+        ranklog.record_rank(me.run_dir, rank, "finished", exit_code=0, **stacks.last_collective())
     return code
 
 

@@ -293,6 +293,8 @@ def test_where_a_job_may_not_requeue_a_chain_of_jobs_runs_one_run_and_resumes_ex
         assert following.from_step == int(stop), "each job started from the step the one before stopped at"
     assert jobs[-1].ended == "finished"
     assert f"job {jobs[-1].job} (from step {stops[-1]}): finished" in status, status
+    report = run_cli("report", str(run_dir), "--output", str(tmp_path / "report.png"), env=env)
+    assert report.returncode == 0 and f"job {first} (from the start): stopped at step {stops[0]}" in report.stdout
     assert "Requeue=0" in _slurm(env, "scontrol", "show", "job", first), "the job could not have requeued"
     leftover = jobs[-1].next
     assert leftover is not None, "the last job queued one behind it"

@@ -217,3 +217,23 @@ def test_logs_all_merges_every_ranks_log_in_time_order_with_host_and_rank(tmp_pa
     assert ": finished" in run_cli("status", str(run_dir), cwd=tmp_path).stdout, "--follow returns at the end"
     again = run_cli("logs", str(run_dir), "--all", cwd=tmp_path).stdout
     assert [line for line in again.splitlines() if line.endswith(("first", "second", "third"))] == words
+
+
+def test_a_rank_that_leaves_early_is_named_first_with_its_last_collective_not_the_rank_that_noticed(
+        tmp_path: Path) -> None:
+    """Rank 1's loop runs one step fewer: it ends cleanly (exit status 0) while rank 0 waits in its last
+    all_reduce, which fails with gloo's "Connection closed by peer". The report names rank 1 first, how it
+    ended and after which collective, where rank 0 waited, and that the ranks ran different numbers of steps."""
+    import socket
+
+    run_dir = tmp_path / "run"
+    done = run_cli("submit", "--profile", "local-cpu", "--script", str(USER_CODE / "leaves_early.py"),
+                   "--run-dir", str(run_dir), "--", "--steps", "5")
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    host = socket.gethostname()
+    assert f"rank 1 on {host} left first: it finished with exit status 0 after collective 4 (all_reduce) while " \
+           "rank 0 waited in collective 5 (all_reduce); the ranks ran different numbers of collectives, so their " \
+           f"loops ran different numbers of steps; rank 0 on {host} then failed (RuntimeError: " in last, last
+    assert "Connection closed by peer" in last and last.endswith(f"its log: {run_dir / 'logs' / 'rank-1.log'}")
+    assert f"launch: rank 1 on {host} left first; rank 0 stopped after it." in done.stderr

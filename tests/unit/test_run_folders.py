@@ -69,3 +69,39 @@ def test_training_arguments_the_launcher_owns_are_refused(tmp_path: Path) -> Non
     for flag in ("--resume", "--rendezvous-timeout=5"):
         done = run_cli("render", *COMMAND, "--", flag)
         assert done.returncode == 2 and "is set by launch" in done.stderr, flag
+
+
+def _rank_note(run_dir: Path, rank: int, status: str, at: float, seq: int, **facts: object) -> None:
+    from launch.core.layout import rank_state_path, write_json_atomic
+
+    rank_state_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(rank_state_path(run_dir, rank), {
+        "rank": rank, "host": f"n{rank + 1}", "status": status, "time": at, "pid": 100 + rank,
+        "last_collective": {"seq": seq, "op": "gloo:all_reduce", "state": "completed"}, **facts})
+
+
+def test_the_rank_that_left_is_named_first_even_when_its_peer_recorded_its_failure_before_it(tmp_path: Path) -> None:
+    """Rank 2 ended cleanly one collective early; ranks 0 and 1 failed waiting for it (gloo's words), and rank 0
+    wrote its record before rank 2 wrote its own: the report still names rank 2, where each stood, and that the
+    ranks ran different numbers of collectives."""
+    from launch.runs.outcome import failure_details, failure_message
+
+    peer_gone = "RuntimeError: [pair.cc:561] Connection closed by peer [10.0.0.3]:40833"
+    _rank_note(tmp_path, 0, "failed", 10.0, 5, error=peer_gone, exit_code=1)
+    _rank_note(tmp_path, 1, "failed", 10.2, 5, error=peer_gone, exit_code=1)
+    _rank_note(tmp_path, 2, "finished", 10.1, 4, exit_code=0)
+    message = failure_message(tmp_path, 1)
+    assert message.startswith("the job failed with exit status 1: rank 2 on n3 left first: it finished with exit "
+                              "status 0 after collective 4 (all_reduce) while rank 0 waited in collective 5 "
+                              "(all_reduce), rank 1 waited in collective 5 (all_reduce); the ranks ran different "
+                              "numbers of collectives"), message
+    assert f"rank 0 on n1 then failed ({peer_gone}); its log: {tmp_path / 'logs' / 'rank-2.log'}" in message
+    assert failure_details(tmp_path)[0] == "launch: rank 2 on n3 left first; ranks 0, 1 stopped after it."
+
+
+def test_a_rank_that_failed_of_its_own_is_still_named_before_a_rank_that_ended_cleanly(tmp_path: Path) -> None:
+    from launch.runs.outcome import failure_message
+
+    _rank_note(tmp_path, 0, "failed", 10.0, 5, error="ValueError: bad batch", exit_code=1)
+    _rank_note(tmp_path, 1, "finished", 9.0, 4, exit_code=0)
+    assert "rank 0 on n1 failed first (ValueError: bad batch)" in failure_message(tmp_path, 1)
