@@ -108,8 +108,9 @@ def report(given: list[str], runs: Path, output: Path) -> str:
         hung = None if sweep.is_sweep(folder) else outcome.hang_message(folder)
         if hung is not None:
             notes.append(f"{folder}: {hung}")
-        if run_jobs.lines(folder):  # one run made of several SLURM jobs: each, where it started and how it ended
-            notes += [f"{folder}: its SLURM jobs:", *run_jobs.lines(folder)]
+        jobs = run_jobs.lines(folder)  # one run made of several SLURM jobs: each, where it started and how it ended
+        if jobs:
+            notes += [f"{folder}: its SLURM jobs:", *jobs]
         if sweep.is_sweep(folder):  # every point that logged something, best first
             found = [plots.read_run(run_dir, name=f"p{index} {values}")
                      for index, values, run_dir in sweep.point_folders(folder) if (run_dir / METRICS).is_file()]
