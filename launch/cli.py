@@ -8,11 +8,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-import yaml
-
 from launch import follow_up, pipeline
 from launch.backends import DEFAULT_LAUNCHER, LAUNCHERS, STACKS_WAIT_S, load_profile
-from launch.core.profile_loader import bundled_profile_names, profile_to_mapping
 from launch.errors import LaunchError
 from launch.launchers.strategies import STRATEGIES
 from launch.pipeline import RUNS
@@ -53,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("--dry-run", action="store_true", help="print the comparison and the profile; write nothing")
     convert.add_argument("--device", choices=("cuda", "cpu"), help="for a script that asks for no GPUs: whether its "
                                                                    "processes run on GPUs the partition gives anyway")
+    nodes = commands.add_parser("nodes", help="the nodes your SLURM jobs avoid (a health gate found them unfit)")
+    nodes.add_argument("--clear", nargs="*", metavar="NODE", help="forget these nodes (none named: all of them)")
+    nodes.add_argument("--cluster", help="only this SLURM cluster's (its ClusterName)")
     ui = commands.add_parser("ui", help="a web page of the runs and sweeps under FOLDERs, live while they run")
     ui.add_argument("folders", nargs="*", metavar="FOLDER", help="where the run folders are (default ./runs)")
     ui.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
@@ -163,18 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _profiles(args: argparse.Namespace, _: list[str]) -> int:
-    if args.name:
-        profile = load_profile(args.name)
-        print(f"# {profile.name}, resolved from {profile.source}")
-        print(yaml.safe_dump(profile_to_mapping(profile), sort_keys=False), end="")
-        return 0
-    names = bundled_profile_names()
-    if not names:
-        raise LaunchError("no bundled profiles found", "reinstall launch; profile files can still be given by path")
-    width = max(map(len, names))
-    for name in names:
-        print(f"{name:<{width}}  {(load_profile(name).description.strip().splitlines() or [''])[0]}")
-    return 0
+    return _said(pipeline.profiles_text(args.name))
 
 
 def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
@@ -245,8 +234,17 @@ def _ui(args: argparse.Namespace, _: list[str]) -> int:
 def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
     from launch.backends.slurm import from_sbatch
 
-    print(from_sbatch.convert_file(Path(args.script), Path(args.output) if args.output else None,
-                                   dry_run=args.dry_run, device=args.device))
+    return _said(from_sbatch.convert_file(Path(args.script), Path(args.output) if args.output else None,
+                                          dry_run=args.dry_run, device=args.device))
+
+
+def _nodes(args: argparse.Namespace, _: list[str]) -> int:
+    return _said(follow_up.nodes_text(clear=None if args.clear is None else tuple(args.clear), cluster=args.cluster))
+
+
+def _said(text: str) -> int:
+    """``text`` printed; exit status 0."""
+    print(text)
     return 0
 
 
@@ -255,8 +253,7 @@ def _run(args: argparse.Namespace) -> Path:
 
 
 def _status(args: argparse.Namespace, _: list[str]) -> int:
-    print(follow_up.status_text(_run(args)))
-    return 0
+    return _said(follow_up.status_text(_run(args)))
 
 
 def _logs(args: argparse.Namespace, _: list[str]) -> int:
@@ -271,15 +268,12 @@ def _stacks(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _cancel(args: argparse.Namespace, _: list[str]) -> int:
-    print(follow_up.cancel(_run(args)))
-    return 0
+    return _said(follow_up.cancel(_run(args)))
 
 
 def _report(args: argparse.Namespace, _: list[str]) -> int:
     output = Path(args.output)
-    print(follow_up.report(args.runs, Path(RUNS), output))
-    print(f"wrote {output}")
-    return 0
+    return _said(f"{follow_up.report(args.runs, Path(RUNS), output)}\nwrote {output}")
 
 
 def _doctor(args: argparse.Namespace, _: list[str]) -> int:
@@ -292,4 +286,4 @@ def _doctor(args: argparse.Namespace, _: list[str]) -> int:
 _HANDLERS = {"profiles": _profiles, "render": _render, "submit": _submit, "check": _check,
              "accelerate-config": _accelerate_config, "status": _status, "logs": _logs, "cancel": _cancel,
              "report": _report, "doctor": _doctor, "sweep": _sweep, "sweep-retry": _sweep_retry,
-             "from-sbatch": _from_sbatch, "stacks": _stacks, "ui": _ui}
+             "from-sbatch": _from_sbatch, "stacks": _stacks, "ui": _ui, "nodes": _nodes}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launch import backends
-from launch.core import layout, run_jobs
+from launch.core import avoided_nodes, layout, node_health, run_jobs
 from launch.core.layout import METRICS
 from launch.core.output_file import write_new
 from launch.errors import LaunchError
@@ -46,12 +46,38 @@ def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:
     lines = run_jobs.lines(run_dir)
     if lines:
         lines.insert(0, "the run's SLURM jobs:")
+    lines += health_lines(run_dir)
     if state.get("status") == "hung" or state.get("status") == "failed" and outcome.first_failure(run_dir):
         lines += [*outcome.failure_details(run_dir),
                   outcome.failure_message(run_dir, int(state.get("exit_code") or 1))]
     if (run_dir / layout.RESULT).is_file():
         lines.append(outcome.result_summary(run_dir))
     return lines
+
+
+def health_lines(run_dir: Path) -> list[str]:
+    """The run's last health gate, a line per unfit node, and the nodes this user's jobs avoid on its cluster."""
+    verdict = node_health.load(run_dir)
+    if verdict is None:
+        return []
+    avoided = avoided_nodes.current(verdict.cluster) if verdict.cluster else []
+    return [*verdict.lines(), *(["nodes avoided on this cluster (python -m launch nodes):"] if avoided else []),
+            *(f"  {node.said()}" for node in avoided)]
+
+
+def nodes_text(*, clear: tuple[str, ...] | None, cluster: str | None) -> str:
+    """``launch nodes``: the nodes this user's next SLURM jobs avoid, until when and why; or those named in
+    ``clear`` (all, where it names none) forgotten."""
+    where = f" on {cluster}" if cluster else ""
+    if clear is not None:
+        gone = avoided_nodes.clear(clear, cluster)
+        missing = sorted(set(clear) - {node.node for node in gone})
+        if missing:
+            raise LaunchError(f"--clear {' '.join(missing)}: not avoided{where}", "python -m launch nodes lists them")
+        return "\n".join(f"forgot {node.node} on {node.cluster}" for node in gone) or f"no node was avoided{where}"
+    found = avoided_nodes.current(cluster)
+    return "\n".join(node.said() for node in found) if found else \
+        f"no node is avoided{where} ({avoided_nodes.path()})"
 
 
 def stacks_text(run_dir: Path, *, wait_s: float) -> tuple[str, bool]:
@@ -111,6 +137,7 @@ def report(given: list[str], runs: Path, output: Path) -> str:
         jobs = run_jobs.lines(folder)  # one run made of several SLURM jobs: each, where it started and how it ended
         if jobs:
             notes += [f"{folder}: its SLURM jobs:", *jobs]
+        notes += [f"{folder}: {line}" if not line.startswith(" ") else line for line in health_lines(folder)]
         if sweep.is_sweep(folder):  # every point that logged something, best first
             found = [plots.read_run(run_dir, name=f"p{index} {values}")
                      for index, values, run_dir in sweep.point_folders(folder) if (run_dir / METRICS).is_file()]

@@ -339,3 +339,21 @@ def notebook_plan(profile_name: str, strategy: str, code: Target | None, argv: t
     directory = Path(run_dir) if run_dir else run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now())
     return build_plan(profile, strategy, code, args=argv, run_dir=str(directory.absolute()), python="python",
                       workdir=str(Path.cwd()), backend=backend), backend
+
+
+def profiles_text(name: str | None) -> str:
+    """``launch profiles``: the bundled profiles, a line each; or one profile, resolved, as YAML."""
+    import yaml
+
+    from launch.core.profile_loader import bundled_profile_names, profile_to_mapping
+
+    if name:
+        profile = backends.load_profile(name)
+        return f"# {profile.name}, resolved from {profile.source}\n" + \
+            yaml.safe_dump(profile_to_mapping(profile), sort_keys=False).rstrip("\n")
+    names = bundled_profile_names()
+    if not names:
+        raise LaunchError("no bundled profiles found", "reinstall launch; profile files can still be given by path")
+    width = max(map(len, names))
+    return "\n".join(f"{found:<{width}}  {(backends.load_profile(found).description.strip().splitlines() or [''])[0]}"
+                     for found in names)

@@ -151,6 +151,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         print("\nstopped the SLURM test cluster a worker of this run left behind")
 
 
+@pytest.fixture(autouse=True)
+def _own_state_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own $XDG_STATE_HOME: the nodes a test's jobs found unfit (launch.core.avoided_nodes) are never
+    avoided by another test's jobs, nor by the user's own."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="session")
 def _cluster_lease() -> Iterator[testcluster.Lease]:
     """This process's share of the cluster until its session ends; the last to give it back stops it."""

@@ -9,7 +9,7 @@ test run (pytest-xdist workers, or two runs side by side), and file locks in ``/
 - ``admin.lock``: held while a process takes or gives back its lease, starts or stops the cluster.
 - ``turn-slurm.lock``, ``turn-slurm2.lock``, ``turn-hosts.lock``: a cluster test holds its lane's lock for its
   whole length, so no two tests of a lane overlap, whichever worker runs them. The SLURM lanes are the two node
-  pairs (``PAIRS``: n1 and n2 in partitions debug and high, n3 and n4 in debug2 and high2); a SLURM test
+  pairs (``PAIRS``: n1 and n2 in partitions debug and high, n3 and n4 in debug2 and high2, and with n5 in trio2); a SLURM test
   starts on an idle pair with no job of its partitions left. ssh tests use n1 and n2's sshd; a test that
   changes or measures n1 and n2's network holds both lanes on them.
 
@@ -35,7 +35,7 @@ LOCKS = Path("/run/launchsl")  # cluster.sh's own folder for pid files
 STATE = Path("/tmp/launch-test-cluster")  # slurm.conf, logs, spool, keys; one cluster, one folder
 OWNER = LOCKS / "owner"  # the run that started the cluster now up: "RUN_ID PID"
 RUN_ID_VARIABLE = "LAUNCH_TEST_RUN_ID"  # set by the run's controlling process, inherited by its workers
-NODES = ("n1", "n2", "n3", "n4")
+NODES = ("n1", "n2", "n3", "n4", "n5")
 SUBNET = "10.231.77"  # cluster.sh's: node nK is SUBNET.(10 + K)
 
 
@@ -191,6 +191,8 @@ class NodePair:
     nodes: tuple[str, str]
     partition: str  # the jobs' partition
     high_partition: str  # a partition whose jobs preempt the first's
+    third: str = ""  # a node of the lane's alone beside the pair, in ``trio`` with it (the health gate's tests)
+    trio: str = ""  # a partition over the pair and ``third``
 
     @property
     def env(self) -> dict[str, str]:
@@ -211,26 +213,27 @@ class NodePair:
     def make_ready(self, timeout_s: float = 90) -> None:
         """The pair idle for the next test: its partitions' leftover jobs cancelled, a dead node's slurmd started
         again. The other pair's jobs are not touched."""
-        partitions = f"{self.partition},{self.high_partition}"
+        partitions = ",".join(name for name in (self.partition, self.high_partition, self.trio) if name)
+        nodes = (*self.nodes, *((self.third,) if self.third else ()))
 
         def jobs() -> list[str]:
             return slurm("squeue", "-h", "-p", partitions, "-o", "%i").split()
 
         for job in jobs():
             slurm("scancel", "--full", job)
-        for node in self.nodes:
+        for node in nodes:
             if not _alive(LOCKS / f"slurmd-{node}.pid"):
                 _script("node-start", node, str(STATE), timeout=60)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            states = {node: state for node, state in node_states().items() if node in self.nodes}
-            if not jobs() and set(states) == set(self.nodes) and all(state == "idle" for state in states.values()):
+            states = {node: state for node, state in node_states().items() if node in nodes}
+            if not jobs() and set(states) == set(nodes) and all(state == "idle" for state in states.values()):
                 return
             for node, state in states.items():
                 if _failing(state):
                     _revive(node)
             time.sleep(0.5)
-        raise ClusterUnavailable(f"{'/'.join(self.nodes)} not idle after {timeout_s:.0f} s: nodes {node_states()}, "
+        raise ClusterUnavailable(f"{'/'.join(nodes)} not idle after {timeout_s:.0f} s: nodes {node_states()}, "
                                  f"jobs {slurm('squeue', '-h', '-o', '%i %P %T %R').strip() or 'none'}")
 
     def bring_back(self, node: str, timeout_s: float = 60) -> None:
@@ -256,7 +259,8 @@ def _revive(node: str) -> None:
 
 
 PAIRS = {pair.lane: pair for pair in (NodePair("slurm", ("n1", "n2"), "debug", "high"),
-                                      NodePair("slurm2", ("n3", "n4"), "debug2", "high2"))}
+                                      NodePair("slurm2", ("n3", "n4"), "debug2", "high2", third="n5",
+                                               trio="trio2"))}
 
 
 LANES = ("slurm", "slurm2", "hosts")  # the two node pairs' jobs; n1 and n2's sshd and what runs through them

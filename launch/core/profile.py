@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from launch.core.avoided_nodes import AvoidedNode
 from launch.core.devices import default_dist_backend
 
 Kind = Literal["local", "slurm", "tpu", "ssh"]
@@ -71,12 +72,33 @@ class SlurmSection:
     # this one at its start (sites without requeue; sbatch launcher), or the run stops there.
     on_time_limit: Literal["requeue", "chain", "stop"] = "requeue"
     max_chain: int = 10  # on_time_limit chain: the most jobs of one run, the first included
+    max_node_failures: int = 3  # times a run goes on elsewhere after nodes failed it; then it fails, naming them
     job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
     output: str | None = None  # where SLURM writes the batch log, for sites that require a place (sbatch's
     # --output pattern); None: the run folder. Either way launch reads it from the run folder.
     srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
     extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
     login: LoginSection | None = None  # submit through this login host over ssh (else: sbatch is here)
+    # nodes this user's earlier jobs found unfit, read where the job is submitted (launch.core.avoided_nodes)
+    avoid: tuple[AvoidedNode, ...] = field(default=(), metadata={"yaml": False})
+
+
+HealthCheck = Literal["devices", "memory", "disk", "versions", "reach", "all_reduce", "gpu"]
+HEALTH_CHECKS: tuple[HealthCheck, ...] = ("devices", "memory", "disk", "versions", "reach", "all_reduce", "gpu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthSection:
+    """The health gate: one short step per node as every SLURM job (and every requeue) starts, before the
+    training, which decides the nodes that are fit (``launch.runtime.health_gate``). A node that fails it is
+    avoided, and the run goes on without it."""
+
+    enabled: bool = True
+    checks: tuple[HealthCheck, ...] = HEALTH_CHECKS
+    budget_s: float = 10.0  # a node that has not answered (or reached the others) by then is unfit
+    min_free_memory_gb: float = 1.0  # on the node (MemAvailable)
+    min_free_disk_gb: float = 1.0  # where the run folder and its checkpoints are
+    avoid_hours: float = 24.0  # how long this user's next jobs on the cluster avoid a node that failed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +178,7 @@ class Profile:
     environment: EnvironmentSection | None = None  # built with uv on the cluster; the nodes run its python
     accelerate_config: str | None = None  # the user's own accelerate config file (relative: to this file)
     slurm: SlurmSection | None = None
+    health: HealthSection = field(default_factory=HealthSection)  # SLURM jobs (sbatch launcher)
     tpu: TpuSection | None = None
     ssh: SshSection | None = None
     source: str = field(default="", metadata={"yaml": False})

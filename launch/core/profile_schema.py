@@ -81,7 +81,12 @@ def _convert(value: Any, hint: Any, path: str, problems: list[str], *, partial: 
     if origin is dict:
         return _convert_string_map(value, path, problems)
     if origin is tuple:
-        return _convert_string_list(value, path, problems)
+        items = _convert_string_list(value, path, problems)
+        item = get_args(hint)[0] if get_args(hint) else str
+        if get_origin(item) is Literal:  # a list of choices: each item one of them
+            for index, text in enumerate(items):
+                _convert(text, item, f"{path}[{index}]", problems)
+        return items
     return _convert_scalar(value, hint, path, problems)
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 JOBS = "jobs.jsonl"
 TIME_LIMIT = "time limit"  # how a job ended whose ranks stopped at a checkpoint before its time limit
+UNFIT = "unfit nodes"  # how a job ended whose health gate found nodes unfit (then: resubmitted without them)
+GOES_ON = ("chained", "resubmitted")  # after these, the run goes on in the job named ``next``
 
 
 def append(run_dir: Path, record: dict[str, Any]) -> None:
@@ -45,8 +47,8 @@ class Job:
     job: str
     starts: int = 0  # times its batch shell started (a requeued job starts again)
     from_step: int | None = None  # the checkpoint its last start continued from
-    ended: str | None = None  # finished, failed, time limit; None while it runs (or when it was killed)
-    then: str | None = None  # after a time limit: requeued, chained, stopped
+    ended: str | None = None  # finished, failed, time limit, unfit nodes; None while it runs (or was killed)
+    then: str | None = None  # after a time limit: requeued, chained, stopped; after unfit nodes: resubmitted
     step: int | None = None  # the checkpoint it stopped at
     next: str | None = None  # the job chained after it
     why: str = ""  # a word on how it ended (a requeue refused, the most chained jobs reached)
@@ -64,17 +66,27 @@ def jobs(run_dir: Path) -> list[Job]:
             job = replace(job, next=record.get("next"))
         elif event == "ended":
             job = replace(job, ended=record.get("ended"), then=record.get("then"), step=record.get("step"),
-                          why=str(record.get("why") or ""))
+                          why=str(record.get("why") or ""), next=record.get("next", job.next))
         found[job.job] = job
     return list(found.values())
 
 
 def successor(run_dir: Path, job_id: str) -> str | None:
-    """The job chained after ``job_id`` that the run goes on in: once ``job_id`` stopped at its time limit."""
+    """The job the run goes on in after ``job_id``: chained after it, once it stopped at its time limit, or
+    submitted again without the nodes its health gate found unfit."""
     for job in jobs(run_dir):
-        if job.job == job_id and job.ended == TIME_LIMIT and job.then == "chained":
+        if job.job == job_id and job.ended in (TIME_LIMIT, UNFIT) and job.then in GOES_ON:
             return job.next
     return None
+
+
+def unfit_nodes(run_dir: Path) -> dict[str, str]:
+    """Every node a health gate of the run found unfit, and why (the last time)."""
+    found: dict[str, str] = {}
+    for record in records(run_dir):
+        if record.get("event") == "gate" and isinstance(record.get("unfit"), dict):
+            found.update({str(host): str(why) for host, why in record["unfit"].items()})
+    return found
 
 
 def chained(run_dir: Path, job_id: str) -> str | None:
@@ -92,6 +104,8 @@ def describe(job: Job) -> str:
         at = f" at step {job.step}" if job.step is not None else ""
         then = f"chained to job {job.next}" if job.then == "chained" else str(job.then)
         end = f"stopped{at} before its time limit, {then}" + (f" ({job.why})" if job.why else "")
+    elif job.ended == UNFIT:
+        end = f"its health gate found nodes unfit ({job.why}); submitted again without them as job {job.next}"
     else:
         end = job.ended + (f" ({job.why})" if job.why else "")
     return f"job {job.job}{start}{restarts}: {end}"

@@ -4,6 +4,9 @@ first node:
 - ``start``: the job recorded in the run's ``jobs.jsonl`` (and the checkpoint it continues from). Under
   ``slurm.on_time_limit: chain``, its successor is queued now (``--dependency=afterany``); a successor whose
   run has ended exits at once (status ``RUN_OVER``, which the shell turns into 0).
+- ``gate``: the health gate's verdict, from each node's step (its lines on standard input): where a node is unfit,
+  it is avoided (this run, and this user's next jobs on the cluster) and the run goes on in a job submitted again
+  with ``--exclude`` (status ``RUN_OVER``), up to ``slurm.max_node_failures`` times.
 - ``stop``: SLURM's signal, ``slurm.signal_delay_s`` before the time limit, reached the shell: every rank is asked
   to checkpoint and stop (``stop.json``, which each rank's watch passes on to its code as that signal).
 - ``end``: how the step ended, recorded; after a stop at the time limit the job requeues itself, leaves the run
@@ -22,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from launch.core import run_jobs
+from launch.core import avoided_nodes, node_health, run_jobs
 from launch.core.layout import CHECKPOINTS, LATEST_CHECKPOINT, REQUEUED, STOP_REQUEST, read_json, write_json_atomic
 
 POLICIES = ("requeue", "chain", "stop")  # slurm.on_time_limit
@@ -83,22 +86,75 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None) -> int:
 
 
 def _submit_after(job: str, script: str, index: int) -> str | None:
-    """The job id of ``script`` submitted to start after ``job`` ends, or None (said) where sbatch refused it.
-    It gets the environment this job was submitted with, not this job's own SLURM variables."""
+    """The job id of ``script`` submitted to start after ``job`` ends, or None (said) where sbatch refused it."""
+    return _sbatch_again(script, [f"--dependency=afterany:{job}"], {CHAIN_AFTER: job, CHAIN_INDEX: str(index)},
+                         "the next job of the chain was not queued", "the run stops at this job's time limit")
+
+
+def _sbatch_again(script: str, options: list[str], env: dict[str, str], failed: str, then: str) -> str | None:
+    """The job id of ``script`` submitted again with ``options``, or None (said: ``failed``, ``then``). The new job
+    gets the environment this job was submitted with and ``env``, not this job's own SLURM variables (nor its
+    place after another job of a chain)."""
     from launch.core.sbatch_answer import sbatch_job_id
     from launch.errors import SubmitError
 
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("SLURM_", "SBATCH_", "SRUN_")) or name == "SLURM_CONF"}
-    env.update({CHAIN_AFTER: job, CHAIN_INDEX: str(index)})
+    given = {name: value for name, value in os.environ.items() if name != CHAIN_AFTER and (
+        not name.startswith(("SLURM_", "SBATCH_", "SRUN_")) or name == "SLURM_CONF")}
     try:
-        done = subprocess.run(["sbatch", "--parsable", f"--dependency=afterany:{job}", script], env=env,
+        done = subprocess.run(["sbatch", "--parsable", *options, script], env={**given, **env},
                               capture_output=True, text=True, timeout=120)
         return sbatch_job_id(done)
     except (OSError, subprocess.TimeoutExpired, SubmitError) as error:
-        say(f"the next job of the chain was not queued ({getattr(error, 'message', error)}): the run stops at this "
-            "job's time limit")
+        say(f"{failed} ({getattr(error, 'message', error)}): {then}")
         return None
+
+
+def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[str], budget_s: float, seconds: float,
+         max_failures: int, avoid_hours: float, script: str, exclude: str) -> int:
+    """Judge the health gate (each node's report); 0 to train here, ``RUN_OVER`` where the run goes on in a job
+    submitted again without the unfit nodes, 1 where it cannot go on."""
+    job = _job()
+    verdict = node_health.judge(reports, hosts, job=job, budget_s=budget_s, seconds=seconds,
+                                cluster=os.environ.get("SLURM_CLUSTER_NAME", ""))
+    node_health.save(run_dir, verdict)
+    unfit = verdict.unfit
+    run_jobs.append(run_dir, {"job": job, "event": "gate", "unfit": unfit, "seconds": round(seconds, 3),
+                              "time": time.time()})
+    for line in verdict.lines():
+        say(line.strip())
+    if not unfit:
+        return 0
+    if len(unfit) == len(hosts):
+        return _failed(run_dir, job, "every node failed the health gate: the cause is more likely the profile, the "
+                                     "environment or the network than the nodes; nothing is excluded")
+    avoided_nodes.avoid(verdict.cluster, {host: f"failed the health gate: {why}" for host, why in unfit.items()},
+                        hours=avoid_hours, run=str(run_dir))
+    failed = run_jobs.unfit_nodes(run_dir)
+    failures = sum(1 for record in run_jobs.records(run_dir) if record.get("event") == "gate" and record.get("unfit"))
+    if failures > max_failures:
+        named = "; ".join(f"{host} ({why})" for host, why in failed.items())
+        return _failed(run_dir, job, f"nodes failed the run {failures} times, more than slurm.max_node_failures "
+                                     f"({max_failures}): {named}")
+    excluded = sorted({*failed, *(name for name in exclude.split(",") if name)})
+    index = {CHAIN_INDEX: os.environ[CHAIN_INDEX]} if CHAIN_INDEX in os.environ else {}
+    successor = _sbatch_again(script, [f"--exclude={','.join(excluded)}"], index,
+                              "the run's job was not submitted again without the unfit nodes", "the run stops here")
+    if successor is None:
+        return _failed(run_dir, job, f"the unfit nodes ({', '.join(unfit)}) could not be left out: sbatch refused")
+    _cancel_successor(run_dir, job)  # a job chained after this one (on_time_limit: chain): the new one chains its own
+    run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": run_jobs.UNFIT, "then": "resubmitted",
+                              "next": successor, "time": time.time(),
+                              "why": "; ".join(f"{host}: {why}" for host, why in unfit.items())})
+    say(f"the run goes on in job {successor}, without {', '.join(excluded)} (sbatch --exclude)")
+    return RUN_OVER
+
+
+def _failed(run_dir: Path, job: str, why: str) -> int:
+    run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": "failed", "status": 1, "time": time.time(),
+                              "why": why})
+    _cancel_successor(run_dir, job)
+    say(why)
+    return 1
 
 
 def stop(run_dir: Path, signal_name: str) -> None:
@@ -180,7 +236,7 @@ def _slurm(*argv: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.runtime.slurm_batch", description=__doc__)
-    parser.add_argument("action", choices=("start", "stop", "end"))
+    parser.add_argument("action", choices=("start", "gate", "stop", "end"))
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--max-chain", type=int, help="start: chain a successor; the most jobs in the chain")
     parser.add_argument("--script", help="start: the batch script the successor runs")
@@ -188,10 +244,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", type=int, default=0, help="end: the step's exit status")
     parser.add_argument("--on-time-limit", choices=POLICIES, default="requeue")
     parser.add_argument("--max-timeouts", type=int, default=3)
+    parser.add_argument("--hosts", default="", help="gate: the job's hosts, one per line, in node order")
+    parser.add_argument("--budget-s", type=float, default=10.0, help="gate: the health gate's budget")
+    parser.add_argument("--max-node-failures", type=int, default=3)
+    parser.add_argument("--avoid-hours", type=float, default=24.0)
+    parser.add_argument("--exclude", default="", help="gate: the nodes the job excluded as it was submitted")
     args = parser.parse_args(argv)
     signal.Signals[args.signal]  # noqa: B018 - an unknown name is refused here, not in every rank
     if args.action == "start":
         return start(args.run_dir, max_chain=args.max_chain, script=args.script)
+    if args.action == "gate":  # each node's lines on standard input, while its step runs
+        begun = time.monotonic()
+        reports = node_health.read_reports(sys.stdin, echo=sys.stderr)
+        return gate(args.run_dir, reports, hosts=args.hosts.split(), budget_s=args.budget_s,
+                    seconds=time.monotonic() - begun, max_failures=args.max_node_failures,
+                    avoid_hours=args.avoid_hours, script=args.script or "", exclude=args.exclude)
     if args.action == "stop":
         stop(args.run_dir, args.signal)
         return 0

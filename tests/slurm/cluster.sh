@@ -21,23 +21,24 @@
 # slurmctld, as on a site's login node (the tests of submitting from a laptop through it). Each
 # node's /srv is its own folder (STATE/srv-NODE, a private bind mount), so a run folder there is that host's.
 #
-# Each node (n1 to n4) is a network namespace with its own address on a private bridge, its own hostname (UTS
+# Each node (n1 to n5) is a network namespace with its own address on a private bridge, its own hostname (UTS
 # namespace) and its own /etc/hosts (a private bind mount), so a job really spans two hosts. The nodes come in
 # two pairs with partitions of their own: `debug` (the default) and `high` on n1 and n2, `debug2` and `high2`
 # on n3 and n4, so two SLURM tests can run side by side, neither seeing the other's jobs, preemptions or
-# failed nodes. Clients on this
+# failed nodes. n5 is in one partition only, `trio2` with n3 and n4: a job there can leave a bad node out. Clients on this
 # host talk to the cluster with SLURM_CONF=STATE/slurm.conf. STATE defaults to /tmp/launch-slurm.
 set -euo pipefail
 
 STATE=${2:-/tmp/launch-slurm}
-PREFIX=launchsl                # namespaces launchsl-n1 ... launchsl-n4; bridge launchsl-br
+PREFIX=launchsl                # namespaces launchsl-n1 ... launchsl-n5; bridge launchsl-br
 SUBNET=10.231.77               # the test hosts' own addresses, inside namespaces made here
 CTL_ADDR=$SUBNET.1
-NODES=(n1 n2 n3 n4)
+NODES=(n1 n2 n3 n4 n5)
 LOGIN=login                    # the login host: a namespace of its own with an sshd and SLURM's client commands
 LOGIN_ADDR=$SUBNET.20
 PAIR1=n1,n2                    # partitions debug and high
 PAIR2=n3,n4                    # partitions debug2 and high2
+TRIO2=n3,n4,n5                 # partition trio2: the second pair and a third node (the health gate's tests)
 CPUS_PER_NODE=2
 PORT_CTLD=16817                # not SLURM's default ports: never confused with a real cluster's daemons
 PORT_SLURMD=16818
@@ -145,6 +146,7 @@ PartitionName=debug Nodes=$PAIR1 Default=YES MaxTime=INFINITE State=UP PriorityT
 PartitionName=high Nodes=$PAIR1 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 PartitionName=debug2 Nodes=$PAIR2 MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60
 PartitionName=high2 Nodes=$PAIR2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=trio2 Nodes=$TRIO2 MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
 EOF
 }
 

@@ -217,7 +217,7 @@ def test_render_shows_the_environment_build_and_the_job_runs_its_python(tmp_path
     assert done.returncode == 0, done.stderr
     text = done.stdout
     envs = "/scratch/alice/mnist/.launch/envs/"
-    srun = text.split("srun", 1)[1].splitlines()[0]
+    srun = text.split("srun --kill-on-bad-exit=1", 1)[1].splitlines()[0]  # the training step
     assert f"exec {envs}" in srun and "/bin/python -m torch.distributed.run" in srun, srun
     build = next(line for line in text.splitlines() if "bash -c BUILD_SCRIPT launch-env" in line)
     assert "--offline --no-index --find-links /scratch/alice/mnist/.launch/wheels" in build

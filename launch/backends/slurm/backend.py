@@ -3,9 +3,10 @@ and the nodes' names; and sbatch's refusals as one line."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -14,7 +15,7 @@ from launch.backends.slurm import cluster as clusters
 from launch.backends.slurm.cluster import REMOTE_KEY, Cluster
 from launch.backends.slurm.follow import cancel, current_status, follow
 from launch.backends.slurm.state import job_state
-from launch.core import layout, run_jobs
+from launch.core import avoided_nodes, layout, run_jobs
 from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS
 from launch.core.plan import JobT, LaunchPlan, PlanInputs
 from launch.core.profile import Profile
@@ -27,6 +28,28 @@ if TYPE_CHECKING:
     from launch.backends import ArraySweep
     from launch.backends.slurm.job_spec import ArrayJob
     from launch.core.machine import Machine
+
+
+def avoided_here() -> tuple[avoided_nodes.AvoidedNode, ...]:
+    """The nodes avoided on the cluster whose commands are here (``launch nodes``); SLURM is asked its cluster's
+    name only where some node is avoided at all."""
+    if not avoided_nodes.current():
+        return ()
+    name = cluster_name()
+    return tuple(avoided_nodes.current(name)) if name else ()
+
+
+def cluster_name(cluster: Cluster = clusters.HERE) -> str | None:
+    """SLURM's ClusterName (scontrol show config), or None where SLURM does not answer."""
+    try:
+        done = cluster.run(["scontrol", "show", "config"], 30)
+    except (OSError, SubmitError, subprocess.TimeoutExpired):
+        return None
+    for line in done.stdout.splitlines() if done.returncode == 0 else ():
+        key, _, value = line.partition("=")
+        if key.strip() == "ClusterName":
+            return value.strip() or None
+    return None
 
 
 def secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
@@ -86,6 +109,12 @@ class SlurmBackend(Generic[JobT]):
         self.arrays: JobArrays[JobT, Any] | None = launcher  # a sweep is one SLURM job array
 
     def build(self, inputs: PlanInputs) -> LaunchPlan[JobT]:
+        """The launcher's plan; where SLURM is here, the nodes this user's earlier jobs found unfit excluded."""
+        slurm = inputs.profile.slurm
+        if slurm is not None and slurm.login is None and not inputs.checking:
+            avoid = avoided_here()
+            if avoid:
+                inputs = replace(inputs, profile=replace(inputs.profile, slurm=replace(slurm, avoid=avoid)))
         return self.launcher.build(inputs)
 
     def render(self, plan: LaunchPlan[JobT]) -> list[str]:

@@ -116,8 +116,7 @@ def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) ->
         if current.finished:
             successor = _goes_on_in(run_dir, job_id, current, backend)
             if successor is not None:
-                print(f"job {job_id}: stopped at a checkpoint before its time limit; the run goes on in job "
-                      f"{successor} (slurm.on_time_limit: chain)", flush=True)
+                print(f"job {job_id}: {_why_it_goes_on(run_dir, job_id)}; the run goes on in job {successor}", flush=True)
                 job_id, restarts, ran_on, last = successor, 0, "", ("", "")
                 continue
             _record(run_dir, job_id, current, backend)
@@ -187,6 +186,13 @@ def _goes_on_in(run_dir: Path, job_id: str, state: JobState, backend: str) -> st
         layout.write_json_atomic(run_dir / layout.STATE, {**recorded, "backend": backend, "job_id": successor,
                                                       "status": "submitted", "updated": time.time()})
     return successor
+
+
+def _why_it_goes_on(run_dir: Path, job_id: str) -> str:
+    job = next((known for known in run_jobs.jobs(run_dir) if known.job == job_id), None)
+    if job is not None and job.ended == run_jobs.UNFIT:
+        return f"its health gate found nodes unfit ({job.why}): they are excluded"
+    return "stopped at a checkpoint before its time limit (slurm.on_time_limit: chain)"
 
 
 def _stopped_at_time_limit(run_dir: Path, job_id: str) -> run_jobs.Job | None:

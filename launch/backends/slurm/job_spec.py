@@ -121,7 +121,7 @@ def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     node = _node(inputs, env)
     script_path = str(PurePath(inputs.run_dir, sbatch_script.SCRIPT))
     script = sbatch_script.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,
-                                  python=inputs.setup_python)
+                                         python=inputs.setup_python, gate=not inputs.checking)
     files = (*plan_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
     return make_plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
 

@@ -58,7 +58,12 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
         problems.append(f"slurm.output: {slurm.output!r} cannot hold spaces, quotes or '\\' (it is an #SBATCH line, "
                         "which is not shell)")
     problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
-                 for key in ("signal_delay_s", "max_timeouts") if getattr(slurm, key) < 0]
+                 for key in ("signal_delay_s", "max_timeouts", "max_node_failures") if getattr(slurm, key) < 0]
+    health = profile.health
+    problems += [f"health.{key}: must be more than 0, got {getattr(health, key)}"
+                 for key in ("budget_s", "avoid_hours") if getattr(health, key) <= 0]
+    problems += [f"health.{key}: must be 0 or more, got {getattr(health, key)}"
+                 for key in ("min_free_memory_gb", "min_free_disk_gb") if getattr(health, key) < 0]
     if slurm.max_chain < 1:
         problems.append(f"slurm.max_chain: must be at least 1 (the first job), got {slurm.max_chain}")
     most = slurm.time_min * 60 - MIN_RUN_BEFORE_SIGNAL_S if slurm.time_min is not None else None

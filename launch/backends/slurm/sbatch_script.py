@@ -16,6 +16,7 @@ from launch.errors import LaunchError
 SCRIPT = "job.sbatch"  # the batch script, in the run folder
 HAND_ON_CPUS = 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'  # srun (22.05+) no longer inherits --cpus-per-task
 SLURM_BATCH = "launch.runtime.slurm_batch"  # what the batch shell runs as each job starts and ends
+HEALTH_GATE = "launch.runtime.health_gate"  # each node's step of the health gate
 _UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
 
 
@@ -33,8 +34,24 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
         ("output", slurm.output or f"{run_dir}/logs/slurm-%j.out"), ("open-mode", "append"),
         *sbatch_allocation(profile),
         ("signal", f"B:{slurm.requeue_signal}@{slurm.signal_delay_s}")]
-    options += [(name, value or None) for name, value in slurm.extra_sbatch.items()]
+    excluded = exclude_list(profile)
+    options += [(name, value or None) for name, value in slurm.extra_sbatch.items() if name != "exclude"]
+    options += [("exclude", excluded)] if excluded else []
     return options
+
+
+def exclude_list(profile: Profile) -> str:
+    """sbatch's --exclude: the profile's own (extra_sbatch), and the nodes this user's earlier jobs found unfit."""
+    slurm = profile.slurm
+    if slurm is None:
+        return ""
+    own = [name for name in slurm.extra_sbatch.get("exclude", "").split(",") if name]
+    return ",".join([*own, *(node.node for node in slurm.avoid if node.node not in own)])
+
+
+def avoided_lines(profile: Profile) -> list[str]:
+    """Why the script excludes nodes the profile does not: one comment line each."""
+    return [f"# launch excludes {node.said()}" for node in (profile.slurm.avoid if profile.slurm is not None else ())]
 
 
 def directives(options: list[tuple[str, str | None]]) -> list[str]:
@@ -42,10 +59,12 @@ def directives(options: list[tuple[str, str | None]]) -> list[str]:
     return [f"#SBATCH --{name}" + ("" if value is None else f"={value}") for name, value in options]
 
 
-def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str, python: str) -> str:
+def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str, python: str,
+                  gate: bool = True) -> str:
     """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them.
-    ``python`` runs the node_setup lines on each node."""
-    lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
+    ``python`` runs the health gate and the node_setup lines on each node (``gate``: where the profile has one)."""
+    lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir)),
+             *avoided_lines(profile)]
     port = profile.rendezvous.port
     lines.append("set -euo pipefail")
     lines += site_log_link(profile, run_dir)
@@ -66,6 +85,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     lines.append(f"cd {shlex.quote(node.cwd)}")
     lines += job_start(profile, python, run_dir)
     lines += [*site_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
+              *(health_gate_step(profile, python, run_dir) if gate else []),
               *node_setup_step(profile, python, run_dir, then=["launch_status=$?"]), *time_limit_trap(profile, python,
                                                                                                      run_dir)]
     if profile.after:  # the batch shell outlives a SIGTERM, to run `after`
@@ -110,6 +130,31 @@ def time_limit_trap(profile: Profile, python: str, run_dir: str) -> list[str]:
             "checkpoint and stop",
             f"trap {shlex.quote(shlex.join(_batch_job(python, 'stop', run_dir, '--signal', name)))} "
             f"{slurm.requeue_signal}"]
+
+
+def health_gate_step(profile: Profile, python: str, run_dir: str) -> list[str]:
+    """The health gate (the profile's ``health:``): a short step per node before any rank starts, whose lines the
+    batch shell judges (``slurm_batch gate``); where nodes are unfit, the run goes on in a job submitted again
+    without them, and this one ends here. Empty where the profile turns it off."""
+    health = profile.health
+    if profile.slurm is None or not health.enabled:
+        return []
+    step = ["timeout", "-k", "5", str(int(3 * health.budget_s) + 60), "srun", f"--nodes={profile.nodes}",
+            f"--ntasks={profile.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+            python, "-m", HEALTH_GATE, "--run-dir", run_dir, "--checks", ",".join(health.checks),
+            "--budget-s", f"{health.budget_s:g}", "--min-free-memory-gb", f"{health.min_free_memory_gb:g}",
+            "--min-free-disk-gb", f"{health.min_free_disk_gb:g}", "--device", profile.device,
+            *(["--per-node", str(profile.procs_per_node)] if profile.device == "cuda" else []),  # GPUs counted
+            "--backend", profile.dist_backend]
+    judge = _batch_job(python, "gate", run_dir, "--budget-s", f"{health.budget_s:g}", "--max-node-failures",
+                       str(profile.slurm.max_node_failures), "--avoid-hours", f"{health.avoid_hours:g}",
+                       "--script", str(PurePosixPath(run_dir, SCRIPT)),
+                       *(["--exclude", exclude_list(profile)] if exclude_list(profile) else []))
+    return ["# The health gate (health: in the profile): a short step per node before any rank starts. Where a node",
+            "# is unfit, the run goes on in a job submitted again without it, and this one ends here.",
+            f'{shlex.join(step)} | {shlex.join(judge)} --hosts "$hosts"',
+            'launch_gate="${PIPESTATUS[1]}"',
+            'case "$launch_gate" in 0) ;; 3) exit 0 ;; *) exit "$launch_gate" ;; esac']
 
 
 def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from launch.backends.slurm import batch_script
 from launch.backends.slurm.batch_script import Statement
-from launch.backends.slurm.sbatch_script import HAND_ON_CPUS, SLURM_BATCH
+from launch.backends.slurm.sbatch_script import HAND_ON_CPUS, HEALTH_GATE, SLURM_BATCH
 from launch.backends.slurm.sbatch_text import signal_note
 from launch.backends.slurm.sbatch_values import Export, Note, Shell, names_in
 from launch.backends.slurm.training_step import NotAStep, Step, peel, srun_options, starts_code
@@ -53,9 +53,11 @@ _SHELL_OPTION = re.compile(r"[-+][euxvEoT]+|pipefail|errexit|nounset|xtrace|errt
 
 def flatten(statements: tuple[Statement, ...], reader: Shell) -> list[Statement]:
     """The statements, with launch's own compound lines opened: its ``if [ "$launch_status" = 0 ]`` around the
-    step, and ``COMMAND || launch_status=$?`` (a render of a profile with a shell)."""
+    step, and ``COMMAND || launch_status=$?`` (a render of a profile with a shell); its health gate left out."""
     out: list[Statement] = []
     for statement in statements:
+        if HEALTH_GATE in statement.text or "launch_gate" in statement.text:
+            continue  # a render's health gate: the profile's health section makes it again
         if statement.kind == "if_statement" and "$launch_status" in statement.text.splitlines()[0]:
             body = statement.text.split("then", 1)[1].rsplit("fi", 1)[0]
             inner = batch_script.parse(body, first_line=statement.line + 1)

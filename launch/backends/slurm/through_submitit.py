@@ -20,6 +20,7 @@ from launch.backends.slurm.backend import (
 )
 from launch.backends.slurm.cluster import Cluster
 from launch.backends.slurm.job_spec import ArrayJob, build_submitit, job_name
+from launch.backends.slurm.sbatch_script import avoided_lines
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submission_of, task_of
 from launch.core.plan import LaunchPlan
@@ -109,6 +110,7 @@ def _render(plan: LaunchPlan[SubmititJob]) -> list[str]:
     out = ["", f"submitit job: {plan.world_size} SLURM tasks, one per training process (folder {job.folder})",
            "  sbatch parameters (submitit.SlurmExecutor):"]
     out += [f"    {key} = {value!r}" for key, value in job.parameters if key not in ("setup", "teardown")]
+    out += [f"  {line.removeprefix('# ')}" for line in avoided_lines(plan.profile)]
     out += _script_lines(job, "setup", "before the tasks")
     out += [f"  then srun starts the tasks: {shlex.join(job.python)} -u -m submitit.core._submit (submitit's own)"]
     out += _script_lines(job, "teardown", "after the tasks")

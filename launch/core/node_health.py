@@ -1,0 +1,132 @@
+"""The health gate's verdict: what each node's step said (``launch-health`` lines, ``launch.runtime.health_gate``),
+judged into fit and unfit nodes, and kept in the run folder (``health.json``: the last gate's, which ``status``,
+``report`` and the dashboard show). Pure but for reading the lines and writing that file. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from launch.core.layout import read_json, write_json_atomic
+
+LINE = "launch-health"  # what starts each line of a node's step that the judge reads
+HEALTH = "health.json"  # in the run folder: the last health gate's verdict
+UNREACHED = "cannot reach the head"  # how a node's step says it could not reach the head
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeVerdict:
+    node: int
+    host: str
+    fit: bool
+    problems: tuple[str, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    job: str
+    nodes: tuple[NodeVerdict, ...]
+    seconds: float
+    cluster: str = ""
+    time: float = 0.0
+
+    @property
+    def unfit(self) -> dict[str, str]:
+        """Each unfit node's host, and why, in a few words."""
+        return {node.host: "; ".join(node.problems) for node in self.nodes if not node.fit}
+
+    def lines(self) -> list[str]:
+        """What ``status`` shows: one line for the gate, one per unfit node."""
+        all_reduce = [node.facts["all_reduce_ms"] for node in self.nodes if "all_reduce_ms" in node.facts]
+        timed = f"; all_reduce over the nodes {max(all_reduce):g} ms" if all_reduce else ""
+        fit = [node.host for node in self.nodes if node.fit]
+        said = [f"health gate of job {self.job} ({self.seconds:.1f} s): "
+                + (f"{len(fit)} of {len(self.nodes)} nodes fit ({', '.join(fit) or 'none'})" + timed)]
+        return said + [f"  {host} unfit: {why}" for host, why in self.unfit.items()]
+
+
+def read_reports(stream: Iterable[str], echo: TextIO | None = None) -> dict[int, dict[str, Any]]:
+    """Each node's last report among ``stream``'s lines (other lines go to ``echo``)."""
+    found: dict[int, dict[str, Any]] = {}
+    for line in stream:
+        if not line.startswith(LINE + " "):
+            if echo is not None:
+                echo.write(line)
+            continue
+        try:
+            report = json.loads(line[len(LINE) + 1:])
+            found[int(report["node"])] = report
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def judge(reports: dict[int, dict[str, Any]], hosts: list[str], *, job: str, budget_s: float, seconds: float,
+          cluster: str = "") -> Verdict:
+    """Fit and unfit nodes from their reports. A node that never answered, or did not finish, is unfit; where
+    no other node reached the head (three nodes or more), the head is the one to blame; a node whose torch or
+    launch is not the others' is unfit."""
+    problems: dict[int, list[str]] = {}
+    for index, host in enumerate(hosts):
+        report = reports.get(index)
+        if report is None:
+            problems[index] = [f"its step of the health gate never answered (within {budget_s:g} s, or it did not start)"]
+        elif report.get("phase") != "done":
+            problems[index] = [*report.get("problems", []), f"its step checked the node, then did not finish within "
+                               f"the budget of {budget_s:g} s"]
+        else:
+            problems[index] = list(report.get("problems", []))
+    others = [index for index in range(1, len(hosts)) if index in reports]
+    if len(others) >= 2 and all(any(UNREACHED in text for text in problems[index]) for index in others):
+        for index in others:
+            problems[index] = [text for text in problems[index] if UNREACHED not in text]
+        problems[0].append(f"no other node could reach it at the rendezvous port ({len(others)} tried)")
+    problems = _odd_versions(reports, problems)
+    nodes = tuple(NodeVerdict(node=index, host=host, fit=not problems[index], problems=tuple(problems[index]),
+                              facts={key: value for key, value in reports.get(index, {}).items()
+                                     if key not in ("problems", "node", "host", "phase")})
+                  for index, host in enumerate(hosts))
+    return Verdict(job=job, nodes=nodes, seconds=seconds, cluster=cluster, time=time.time())
+
+
+def _odd_versions(reports: dict[int, dict[str, Any]], problems: dict[int, list[str]]) -> dict[int, list[str]]:
+    """Nodes whose installed torch or launch is not what most nodes have."""
+    for package in ("torch", "launch"):
+        seen = {index: str(report["versions"][package]) for index, report in reports.items()
+                if isinstance(report.get("versions"), dict) and package in report["versions"]}
+        counts = Counter(seen.values())
+        if len(counts) < 2:
+            continue
+        usual, most = counts.most_common(1)[0]
+        if list(counts.values()).count(most) > 1:  # a tie: the head's is the one the job was planned with
+            usual = seen.get(0, usual)
+        for index, version in seen.items():
+            if version != usual:
+                problems[index].append(f"{package} {version} installed here, {usual} on the other nodes")
+    return problems
+
+
+def save(run_dir: Path, verdict: Verdict) -> None:
+    write_json_atomic(run_dir / HEALTH, asdict(verdict))
+
+
+def load(run_dir: Path) -> Verdict | None:
+    """The run's last health gate, where one ran."""
+    data = read_json(run_dir / HEALTH)
+    if data is None:
+        return None
+    try:
+        nodes = tuple(NodeVerdict(node=int(node["node"]), host=str(node["host"]), fit=bool(node["fit"]),
+                                  problems=tuple(node.get("problems", ())), facts=dict(node.get("facts", {})))
+                      for node in data.get("nodes", []))
+        return Verdict(job=str(data["job"]), nodes=nodes, seconds=float(data["seconds"]),
+                       cluster=str(data.get("cluster", "")), time=float(data.get("time", 0.0)))
+    except (KeyError, TypeError, ValueError):
+        return None

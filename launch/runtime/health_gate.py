@@ -1,0 +1,259 @@
+"""``python -m launch.runtime.health_gate``: the health gate's step on one node, as a SLURM job starts (one task
+per node, before any rank; the profile's ``health:`` section). It prints what it finds as ``launch-health {...}``
+lines on its standard output, which the batch shell hands to ``launch.runtime.slurm_batch gate`` to judge:
+nothing is written on the node itself, whose disk may be the trouble.
+
+1. On the node, nothing that can hang: free memory, free disk where the run folder and its checkpoints are, the
+   versions of torch and launch installed, the CUDA devices and, where GPUs are, what nvidia-smi (and
+   ``dcgmi diag -r 1``, where installed) says of them without root.
+2. Every node reaches the head at MASTER_ADDR:MASTER_PORT, the port the training's rendezvous uses (a plain
+   TCP meeting the head serves; ``reach``).
+3. Where every node arrived, one small all_reduce over the nodes with the job's collectives, timed
+   (``all_reduce``); it imports torch, as the training will.
+
+The budget bounds the waits: a node that has not reached the head by then is named, and so is an all_reduce
+that does not end by then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from launch.core.machine import DISTRIBUTION, installed_version
+from launch.core.node_health import LINE
+
+SMI_FIELDS = ("index", "ecc.errors.uncorrected.volatile.total", "retired_pages.pending", "remapped_rows.pending",
+              "clocks_throttle_reasons.hw_slowdown")
+ALL_REDUCE_ELEMENTS = 1 << 16  # 256 KiB of float32
+RETRY_S = 0.1
+
+
+def say(**facts: Any) -> None:  # noqa: ANN401 - JSON values
+    print(f"{LINE} {json.dumps(facts, sort_keys=True)}", flush=True)
+
+
+def free_memory_gb() -> float | None:
+    """MemAvailable from /proc/meminfo, in GB (None where the kernel does not say)."""
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def gpu_problems(smi_csv: str) -> list[str]:
+    """What nvidia-smi's ``--query-gpu`` CSV (``SMI_FIELDS``, no header, no units) says is wrong with a GPU."""
+    problems = []
+    for row in smi_csv.strip().splitlines():
+        cells = [cell.strip() for cell in row.split(",")]
+        if len(cells) != len(SMI_FIELDS):
+            continue
+        index, ecc, retired, remapped, slowdown = cells
+        if ecc.isdigit() and int(ecc) > 0:
+            problems.append(f"GPU {index}: {ecc} uncorrected ECC errors since the driver loaded")
+        if retired.lower() == "yes":
+            problems.append(f"GPU {index}: memory pages wait to be retired (a reset is due)")
+        if remapped.lower() == "yes":
+            problems.append(f"GPU {index}: memory rows wait to be remapped (a reset is due)")
+        if slowdown.lower() == "active":
+            problems.append(f"GPU {index}: its clocks are throttled by the hardware (power or heat)")
+    return problems
+
+
+def xid_events(kernel_log: str) -> list[str]:
+    """The GPU driver's Xid errors in the kernel's log since boot, one line each."""
+    return [line.split("NVRM:", 1)[1].strip() for line in kernel_log.splitlines() if "NVRM: Xid" in line]
+
+
+def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def gpu_facts(budget_s: float) -> tuple[dict[str, Any], list[str]]:
+    """The GPUs as nvidia-smi, the kernel's log and dcgmi (where installed) see them, without root."""
+    facts: dict[str, Any] = {}
+    problems: list[str] = []
+    if shutil.which("nvidia-smi") is None:
+        return {"gpus": "nvidia-smi not found"}, []
+    listed = _run(["nvidia-smi", "-L"], budget_s)
+    facts["gpus"] = len([line for line in (listed.stdout if listed else "").splitlines() if line.startswith("GPU ")])
+    queried = _run(["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"], budget_s)
+    if queried is not None and queried.returncode == 0:
+        problems += gpu_problems(queried.stdout)
+    kernel = _run(["dmesg"], budget_s)
+    if kernel is not None and kernel.returncode == 0:
+        problems += [f"the GPU driver logged {event}" for event in xid_events(kernel.stdout)[-3:]]
+    else:
+        facts["xid"] = "the kernel's log is not readable without root here"
+    if shutil.which("dcgmi") is not None:
+        diag = _run(["dcgmi", "diag", "-r", "1"], max(budget_s, 30))
+        if diag is None or diag.returncode != 0 or "Fail" in diag.stdout:
+            said = "did not finish" if diag is None else (diag.stdout + diag.stderr).strip().splitlines()[-1:]
+            problems.append(f"dcgmi diag -r 1 failed: {said}")
+    return facts, problems
+
+
+def local_checks(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """Phase 1: the node's own facts and problems (nothing here can hang but nvidia-smi, which is bounded)."""
+    checks = set(args.checks.split(","))
+    facts: dict[str, Any] = {}
+    problems: list[str] = []
+    if "memory" in checks:
+        free = free_memory_gb()
+        facts["free_memory_gb"] = None if free is None else round(free, 2)
+        if free is not None and free < args.min_free_memory_gb:
+            problems.append(f"{free:.2f} GB of memory free, under health.min_free_memory_gb {args.min_free_memory_gb:g}")
+    if "disk" in checks:
+        try:
+            free = shutil.disk_usage(args.run_dir).free / (1 << 30)
+        except OSError as error:
+            problems.append(f"the run folder {args.run_dir} is not reachable here ({error.strerror or error})")
+        else:
+            facts["free_disk_gb"] = round(free, 2)
+            if free < args.min_free_disk_gb:
+                problems.append(f"{free:.2f} GB free where the run folder and checkpoints are ({args.run_dir}), under "
+                                f"health.min_free_disk_gb {args.min_free_disk_gb:g}")
+    if "versions" in checks:
+        facts["versions"] = {"torch": installed_version("torch") or "-", "launch": installed_version(DISTRIBUTION) or "-"}
+    if args.device == "cuda" and checks & {"devices", "gpu"}:
+        found, said = gpu_facts(args.budget_s)
+        facts.update(found)
+        if "gpu" in checks:
+            problems += said
+        if "devices" in checks and isinstance(found.get("gpus"), int) and found["gpus"] < args.per_node:
+            problems.append(f"{found['gpus']} GPUs visible; the job runs {args.per_node} processes per node")
+    return facts, problems
+
+
+def meet(head: str, port: int, *, node: int, nodes: int, deadline: float) -> tuple[list[int], str, float | None]:
+    """Phase 2: every node meets at the head's port. (The nodes that arrived, as the head saw them; this node's
+    problem reaching it; the milliseconds its connection took.)"""
+    if node == 0:
+        return _serve(port, nodes, deadline), "", 0.0
+    last = ""
+    while time.monotonic() < deadline:
+        begun = time.perf_counter()
+        try:
+            with socket.create_connection((head, port), timeout=max(0.1, deadline - time.monotonic())) as link:
+                took = (time.perf_counter() - begun) * 1000
+                link.sendall(f"{node}\n".encode())
+                link.settimeout(max(1.0, deadline - time.monotonic() + 2))
+                answer = link.makefile().readline().split()
+                return [int(number) for number in answer], "", took
+        except (OSError, ValueError) as error:
+            last = getattr(error, "strerror", None) or str(error) or type(error).__name__
+            time.sleep(RETRY_S)
+    return [], f"cannot reach the head {head}:{port} within the health gate's budget ({last or 'timed out'})", None
+
+
+def _serve(port: int, nodes: int, deadline: float) -> list[int]:
+    """The head's side of the meeting: each node's connection kept until all arrived (or the deadline), then
+    each told who arrived."""
+    arrived: dict[int, socket.socket] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("", port))
+        server.listen(nodes)
+        while len(arrived) < nodes - 1 and time.monotonic() < deadline:
+            server.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                link, _ = server.accept()
+                link.settimeout(2.0)
+                arrived[int(link.makefile().readline())] = link
+            except (OSError, ValueError):
+                continue
+        present = sorted([0, *arrived])
+        for link in arrived.values():
+            try:
+                link.sendall((" ".join(map(str, present)) + "\n").encode())
+            except OSError:
+                pass
+            link.close()
+    return present
+
+
+def all_reduce_ms(head: str, port: int, *, node: int, nodes: int, backend: str, timeout_s: float) -> float:
+    """Phase 3: one small all_reduce over the nodes, timed (after one to warm up); checked to add up."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=f"tcp://{head}:{port}", rank=node, world_size=nodes,
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+        tensor = torch.ones(ALL_REDUCE_ELEMENTS, device=device)
+        dist.all_reduce(tensor)
+        tensor.fill_(1.0)
+        begun = time.perf_counter()
+        dist.all_reduce(tensor)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        took = (time.perf_counter() - begun) * 1000
+        if float(tensor[0]) != nodes:
+            raise RuntimeError(f"the all_reduce added up to {float(tensor[0]):g}, not {nodes}")
+        return took
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launch.runtime.health_gate", description=__doc__)
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--checks", required=True, help="comma-separated: the profile's health.checks")
+    parser.add_argument("--budget-s", type=float, required=True)
+    parser.add_argument("--min-free-memory-gb", type=float, default=1.0)
+    parser.add_argument("--min-free-disk-gb", type=float, default=1.0)
+    parser.add_argument("--per-node", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--backend", default="gloo")
+    args = parser.parse_args(argv)
+    begun = time.monotonic()
+    deadline = begun + args.budget_s
+    node, nodes = int(os.environ.get("SLURM_NODEID", 0)), int(os.environ.get("SLURM_NNODES", 1))
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    head, port = os.environ.get("MASTER_ADDR", ""), int(os.environ.get("MASTER_PORT", 0))
+    checks = set(args.checks.split(","))
+    facts, problems = local_checks(args)
+    say(node=node, host=host, phase="local", problems=problems, **facts)
+    arrived: list[int] = list(range(nodes))
+    if nodes > 1 and checks & {"reach", "all_reduce"} and head and port:
+        arrived, problem, reach_ms = meet(head, port, node=node, nodes=nodes, deadline=deadline)
+        facts["reach_ms"] = None if reach_ms is None else round(reach_ms, 2)
+        facts["arrived"] = arrived
+        if problem:
+            problems.append(problem)
+    if "all_reduce" in checks and nodes > 1 and len(arrived) < nodes:
+        facts["all_reduce"] = "not measured: not every node reached the head"
+    elif "all_reduce" in checks and nodes > 1 and head and port:
+        try:
+            import importlib.util
+
+            if importlib.util.find_spec("torch") is None:
+                facts["all_reduce"] = "not measured: torch is not importable here"
+            else:
+                facts["all_reduce_ms"] = round(all_reduce_ms(head, port, node=node, nodes=nodes, backend=args.backend,
+                                                             timeout_s=args.budget_s), 3)
+        except Exception as error:  # noqa: BLE001 - whatever the collective says is the finding
+            problems.append(f"the all_reduce over the {nodes} nodes failed: {type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''}")
+    say(node=node, host=host, phase="done", problems=problems, seconds=round(time.monotonic() - begun, 3), **facts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""The health gate without a cluster: each node's step (its own checks, the meeting at the head's port, what
+nvidia-smi and the kernel's log say), the verdict from the nodes' lines, the batch shell's decision where the run
+cannot go on, the nodes avoided (``launch nodes``), and what the batch script and ``render`` show. A gate that
+finds a node unfit and the run going on without it runs on the real cluster (tests/cluster/test_health_gate.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from launch.core import avoided_nodes, node_health, run_jobs
+from launch.runtime import health_gate, slurm_batch
+from tests.helpers import ROOT, run_cli
+
+pytestmark = pytest.mark.unit
+
+
+def _report(node: int, host: str, *, phase: str = "done", problems: tuple[str, ...] = (),
+            versions: dict[str, str] | None = None) -> str:
+    facts = {"node": node, "host": host, "phase": phase, "problems": list(problems),
+             "versions": versions or {"torch": "2.14.1", "launch": "0.1.0"}}
+    return f"{node_health.LINE} {json.dumps(facts)}\n"
+
+
+def _judge(lines: str, hosts: list[str]) -> node_health.Verdict:
+    echo = io.StringIO()
+    reports = node_health.read_reports(io.StringIO(lines), echo=echo)
+    return node_health.judge(reports, hosts, job="7", budget_s=10, seconds=2.5, cluster="c")
+
+
+def test_the_verdict_names_a_node_that_never_answered_or_did_not_finish() -> None:
+    verdict = _judge(_report(0, "n1") + "srun: a line of srun's own\n" + _report(1, "n2", phase="local"),
+                     ["n1", "n2", "n3"])
+    assert [node.fit for node in verdict.nodes] == [True, False, False]
+    assert verdict.unfit["n3"] == "its step of the health gate never answered (within 10 s, or it did not start)"
+    assert "then did not finish within the budget of 10 s" in verdict.unfit["n2"]
+    assert verdict.lines()[0] == "health gate of job 7 (2.5 s): 1 of 3 nodes fit (n1)"
+
+
+def test_where_no_other_node_reaches_the_head_the_head_is_blamed_and_one_node_alone_is_blamed_itself() -> None:
+    unreached = "cannot reach the head n1:29500 within the health gate's budget (timed out)"
+    every = _judge(_report(0, "n1") + _report(1, "n2", problems=(unreached,)) +
+                   _report(2, "n3", problems=(unreached,)), ["n1", "n2", "n3"])
+    assert list(every.unfit) == ["n1"] and "no other node could reach it" in every.unfit["n1"]
+    one = _judge(_report(0, "n1") + _report(1, "n2", problems=(unreached,)) + _report(2, "n3"), ["n1", "n2", "n3"])
+    assert one.unfit == {"n2": unreached}
+
+
+def test_a_node_whose_torch_is_not_the_others_is_unfit() -> None:
+    odd = {"torch": "2.1.0", "launch": "0.1.0"}
+    verdict = _judge(_report(0, "n1") + _report(1, "n2", versions=odd) + _report(2, "n3"), ["n1", "n2", "n3"])
+    assert verdict.unfit == {"n2": "torch 2.1.0 installed here, 2.14.1 on the other nodes"}
+
+
+def test_nvidia_smi_and_the_kernel_log_say_what_is_wrong_with_a_gpu() -> None:
+    csv = "0, 0, No, No, Not Active\n1, 3, Yes, [N/A], Active\n"
+    assert health_gate.gpu_problems(csv) == [
+        "GPU 1: 3 uncorrected ECC errors since the driver loaded",
+        "GPU 1: memory pages wait to be retired (a reset is due)",
+        "GPU 1: its clocks are throttled by the hardware (power or heat)"]
+    log = "[ 12.0] eth0: up\n[ 99.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
+    assert health_gate.xid_events(log) == ["Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."]
+
+
+def test_a_nodes_own_checks_find_too_little_disk_and_memory(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "launch.runtime.health_gate", "--run-dir", str(tmp_path), "--checks",
+                           "memory,disk,versions,reach,all_reduce", "--budget-s", "5", "--min-free-disk-gb", "1e9",
+                           "--min-free-memory-gb", "1e9"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={key: value for key, value in os.environ.items() if not key.startswith("SLURM")})
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout.splitlines()[-1].removeprefix(node_health.LINE + " "))
+    assert last["phase"] == "done" and last["host"] == socket.gethostname()
+    assert any(f"free where the run folder and checkpoints are ({tmp_path})" in text for text in last["problems"])
+    assert any("GB of memory free, under health.min_free_memory_gb 1e+09" in text for text in last["problems"])
+    assert last["versions"]["torch"] != "-" and "all_reduce_ms" not in last, "one node: nothing to all_reduce"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_nodes_meet_at_the_heads_port_and_one_that_cannot_reach_it_says_so() -> None:
+    port = _free_port()
+    deadline = time.monotonic() + 2
+    heard: dict[str, object] = {}
+    head = threading.Thread(target=lambda: heard.update(head=health_gate.meet("127.0.0.1", port, node=0, nodes=3,
+                                                                            deadline=deadline)))
+    head.start()
+    other = threading.Thread(target=lambda: heard.update(one=health_gate.meet("127.0.0.1", port, node=1, nodes=3,
+                                                                           deadline=deadline)))
+    other.start()
+    head.join(10)
+    other.join(10)
+    assert heard["head"][0] == [0, 1], "node 2 never came: the head says who did"  # type: ignore[index]
+    assert heard["one"][0] == [0, 1] and heard["one"][1] == ""  # type: ignore[index]
+    closed = _free_port()
+    arrived, problem, took = health_gate.meet("127.0.0.1", closed, node=1, nodes=2, deadline=time.monotonic() + 0.5)
+    assert arrived == [] and took is None
+    assert problem.startswith(f"cannot reach the head 127.0.0.1:{closed} within the health gate's budget (")
+
+
+def _gate(run_dir: Path, lines: str, hosts: list[str], *, max_failures: int = 3) -> int:
+    reports = node_health.read_reports(io.StringIO(lines))
+    return slurm_batch.gate(run_dir, reports, hosts=hosts, budget_s=10, seconds=1.0, max_failures=max_failures,
+                            avoid_hours=24, script=str(run_dir / "job.sbatch"), exclude="")
+
+
+def test_the_batch_shell_trains_where_every_node_is_fit_and_refuses_to_exclude_every_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "c")
+    assert _gate(tmp_path, _report(0, "n1") + _report(1, "n2"), ["n1", "n2"]) == 0
+    assert node_health.load(tmp_path).lines()[0].startswith("health gate of job 7 (1.0 s): 2 of 2 nodes fit (n1, n2)")
+    assert _gate(tmp_path, "", ["n1", "n2"]) == 1
+    (job,) = run_jobs.jobs(tmp_path)
+    assert job.ended == "failed" and job.why.startswith("every node failed the health gate")
+    assert avoided_nodes.current() == [], "no node is blamed for what every node fails"
+
+
+def test_past_max_node_failures_the_run_fails_listing_the_nodes_and_why(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "8")
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "c")
+    assert _gate(tmp_path, _report(0, "n1") + _report(1, "n2", problems=("0.10 GB free",)), ["n1", "n2"],
+                 max_failures=0) == 1
+    (job,) = run_jobs.jobs(tmp_path)
+    assert job.why == "nodes failed the run 1 times, more than slurm.max_node_failures (0): n2 (0.10 GB free)"
+    (avoided,) = avoided_nodes.current("c")
+    assert (avoided.node, avoided.why, avoided.run) == ("n2", "failed the health gate: 0.10 GB free", str(tmp_path))
+
+
+def test_avoided_nodes_expire_and_are_cleared(tmp_path: Path) -> None:
+    now = time.time()
+    avoided_nodes.avoid("c", {"n2": "why"}, hours=1, run="r", now=now)
+    avoided_nodes.avoid("d", {"n2": "other"}, hours=1, run="r", now=now)
+    assert [(node.cluster, node.node) for node in avoided_nodes.current(now=now)] == [("c", "n2"), ("d", "n2")]
+    assert avoided_nodes.current("c", now=now + 3601) == [], "expired after an hour"
+    listed = run_cli("nodes", "--cluster", "c")
+    assert listed.returncode == 0 and listed.stdout.startswith("n2 on c, avoided until ") and ": why (run r)" in \
+        listed.stdout
+    wrong = run_cli("nodes", "--clear", "n9")
+    assert wrong.returncode == 2 and "--clear n9: not avoided" in wrong.stderr and "Traceback" not in wrong.stderr
+    assert run_cli("nodes", "--clear", "n2", "--cluster", "c").stdout.strip() == "forgot n2 on c"
+    assert [node.cluster for node in avoided_nodes.current()] == ["d"]
+
+
+def test_the_batch_script_gates_the_job_and_excludes_the_avoided_nodes_saying_why(write_profile) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from launch.backends import load_profile
+    from launch.backends.slurm import sbatch_script
+
+    profile = load_profile(str(write_profile("extends: slurm-local-2x2\nslurm:\n  extra_sbatch: {exclude: n7}\n")))
+    avoid = avoided_nodes.AvoidedNode(cluster="c", node="n2", until=time.time() + 3600, why="failed the health gate")
+    profile = replace(profile, slurm=replace(profile.slurm, avoid=(avoid,)))
+    assert sbatch_script.exclude_list(profile) == "n7,n2"
+    options = dict(sbatch_script.sbatch_options(profile, job_name="j", run_dir="/r"))
+    assert options["exclude"] == "n7,n2"
+    assert sbatch_script.avoided_lines(profile)[0].startswith("# launch excludes n2 on c, avoided until ")
+    step = "\n".join(sbatch_script.health_gate_step(profile, "python", "/r"))
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 python -m launch.runtime.health_gate" \
+        in step and "--exclude n7,n2" in step
+    assert sbatch_script.health_gate_step(replace(profile, health=replace(profile.health, enabled=False)), "p", "/r") \
+        == []
+
+
+def test_render_shows_the_gate_and_a_check_has_none(write_profile) -> None:  # type: ignore[no-untyped-def]
+    on = run_cli("render", "--profile", "slurm-local-2x2", "--launcher", "sbatch")
+    assert on.returncode == 0 and "-m launch.runtime.health_gate" in on.stdout
+    off = write_profile("extends: slurm-local-2x2\nhealth:\n  enabled: false\n")
+    assert "health_gate" not in run_cli("render", "--profile", str(off), "--launcher", "sbatch").stdout
+
+
+def test_a_misspelt_check_is_refused_naming_the_key(write_profile) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile("extends: slurm-local-2x2\nhealth:\n  checks: [memory, disc]\n  budget_s: 0\n")
+    done = run_cli("render", "--profile", str(path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "health.checks[1]: 'disc' is not allowed; did you mean 'disk'?" in done.stderr
