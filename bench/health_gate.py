@@ -66,7 +66,7 @@ def main() -> None:
     print(table(("run", "submit to first step s", "the gate s"),
                 [(GATE, with_gate, gate_s), (NO_GATE, without, "-"),
                  ("added by the gate", with_gate - without, f"ratio {with_gate / without:.2f}")]))
-    write_json("health_gate", {"rounds": args.rounds, "steps": args.steps, "runs": found,
+    write_json(__file__, {"rounds": args.rounds, "steps": args.steps, "runs": found,
                                "median_first_step_s": {GATE: with_gate, NO_GATE: without},
                                "median_gate_s": gate_s, "added_s": with_gate - without})
 

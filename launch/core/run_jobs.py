@@ -7,7 +7,7 @@ them. One JSON object per line, appended; no torch.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ JOBS = "jobs.jsonl"
 TIME_LIMIT = "time limit"  # how a job ended whose ranks stopped at a checkpoint before its time limit
 UNFIT = "unfit nodes"  # how a job ended whose health gate found nodes unfit (then: resubmitted without them)
 GOES_ON = ("chained", "resubmitted")  # after these, the run goes on in the job named ``next``
+BAD_NODE_EVENTS = ("gate", "lost")  # lines naming nodes found bad (``unfit``: host -> why): its gate, a node lost
 
 
 def append(run_dir: Path, record: dict[str, Any]) -> None:
@@ -52,6 +53,7 @@ class Job:
     step: int | None = None  # the checkpoint it stopped at
     next: str | None = None  # the job chained after it
     why: str = ""  # a word on how it ended (a requeue refused, the most chained jobs reached)
+    lost: dict[str, str] = field(default_factory=dict)  # nodes of an earlier start SLURM lost (host: why)
 
 
 def jobs(run_dir: Path) -> list[Job]:
@@ -61,7 +63,9 @@ def jobs(run_dir: Path) -> list[Job]:
         job = found.get(record["job"], Job(record["job"]))
         event = record.get("event")
         if event == "started":
-            job = Job(job.job, starts=job.starts + 1, from_step=record.get("from_step"), next=job.next)
+            job = Job(job.job, starts=job.starts + 1, from_step=record.get("from_step"), next=job.next, lost=job.lost)
+        elif event == "lost" and isinstance(record.get("unfit"), dict):
+            job = replace(job, lost={**job.lost, **{str(host): str(why) for host, why in record["unfit"].items()}})
         elif event == "chained":
             job = replace(job, next=record.get("next"))
         elif event == "ended":
@@ -81,10 +85,10 @@ def successor(run_dir: Path, job_id: str) -> str | None:
 
 
 def unfit_nodes(run_dir: Path) -> dict[str, str]:
-    """Every node a health gate of the run found unfit, and why (the last time)."""
+    """Every node the run found bad (a health gate found it unfit, or it was lost), and why (the last time)."""
     found: dict[str, str] = {}
     for record in records(run_dir):
-        if record.get("event") == "gate" and isinstance(record.get("unfit"), dict):
+        if record.get("event") in BAD_NODE_EVENTS and isinstance(record.get("unfit"), dict):
             found.update({str(host): str(why) for host, why in record["unfit"].items()})
     return found
 
@@ -98,6 +102,7 @@ def describe(job: Job) -> str:
     """One job as ``status`` shows it: "job 12 (from step 400): time limit at step 800, chained to job 13"."""
     start = f" (from step {job.from_step})" if job.from_step else " (from the start)" if job.starts else ""
     restarts = f", started {job.starts} times" if job.starts > 1 else ""
+    restarts += "".join(f", lost {host} ({why})" for host, why in job.lost.items())
     if job.ended is None:
         end = "running, or ended without a word (cancelled or killed)"
     elif job.ended == TIME_LIMIT:

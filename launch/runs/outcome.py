@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from launch.core import site_shell
+from launch.core import run_jobs, site_shell
 from launch.core.layout import (
     HANG_PREFIX,
     HUNG_EXIT_STATUS,
     LOGS,
     RESULT,
     STACKS,
+    STATE,
     node_setup_failures,
     rank_log_path,
     read_json,
@@ -36,10 +37,27 @@ def first_failure(run_dir: Path) -> dict[str, Any] | None:
     if own:
         return min(own, key=lambda note: note.get("time", 0.0))
     if silent and len(silent) < len(notes):  # the others lost it as a peer, or were stopped after it died
+        lost = lost_nodes(run_dir)
+        on_lost = [note for note in silent if str(note.get("host")) in lost]
+        if on_lost:
+            return {**on_lost[0], "error": f"its node was lost ({lost[str(on_lost[0].get('host'))]}); its processes "
+                                           "ended without a word"}
         return {**silent[0], "error": SILENT_END}
     noticed = min(failed, key=lambda note: note.get("time", 0.0), default=None)
     left = _left_first(notes, noticed)
     return {**left, "error": _how_it_ended(left), "left": True, "noticed_by": noticed} if left and noticed else noticed
+
+
+def lost_nodes(run_dir: Path) -> dict[str, str]:
+    """The run's nodes lost mid-run (host: why): those its batch shell found down after SLURM requeued the job,
+    and where SLURM ended the job for a node's failure (NODE_FAIL), the hosts of ranks that ended without a
+    word."""
+    found = {host: why for record in run_jobs.records(run_dir) if record.get("event") == "lost"
+             for host, why in (record.get("unfit") or {}).items()}
+    if (read_json(run_dir / STATE) or {}).get("slurm_state") == "NODE_FAIL":
+        found.update({str(note.get("host")): "SLURM ended the job: NODE_FAIL" for note in rank_notes(run_dir)
+                      if (note.get("status") == "running" or note.get("silent")) and str(note.get("host")) not in found})
+    return found
 
 
 def _left_first(notes: list[dict[str, Any]], noticed: dict[str, Any] | None) -> dict[str, Any] | None:

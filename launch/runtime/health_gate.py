@@ -9,7 +9,7 @@ nothing is written on the node itself, whose disk may be the trouble.
 2. Every node reaches the head at MASTER_ADDR:MASTER_PORT, the port the training's rendezvous uses (a plain
    TCP meeting the head serves; ``reach``).
 3. Where every node arrived, one small all_reduce over the nodes with the job's collectives, timed
-   (``all_reduce``); it imports torch, as the training will.
+   (``all_reduce``); torch, imported in the background from the start, as the training will import it.
 
 The budget bounds the waits: a node that has not reached the head by then is named, and so is an all_reduce
 that does not end by then.
@@ -18,13 +18,16 @@ that does not end by then.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from launch.core.machine import DISTRIBUTION, installed_version
@@ -34,6 +37,7 @@ SMI_FIELDS = ("index", "ecc.errors.uncorrected.volatile.total", "retired_pages.p
               "clocks_throttle_reasons.hw_slowdown")
 ALL_REDUCE_ELEMENTS = 1 << 16  # 256 KiB of float32
 RETRY_S = 0.1
+IMPORT_S = 30.0  # torch's import, on top of the budget, before the all_reduce gives up (a cold file cache is slow)
 
 
 def say(**facts: Any) -> None:  # noqa: ANN401 - JSON values
@@ -138,11 +142,13 @@ def local_checks(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     return facts, problems
 
 
-def meet(head: str, port: int, *, node: int, nodes: int, deadline: float) -> tuple[list[int], str, float | None]:
+def meet(head: str, port: int, *, node: int, nodes: int, deadline: float,
+         ready: Callable[[], None] | None = None) -> tuple[list[int], str, float | None]:
     """Phase 2: every node meets at the head's port. (The nodes that arrived, as the head saw them; this node's
-    problem reaching it; the milliseconds its connection took.)"""
+    problem reaching it; the milliseconds its connection took.) Where every node arrived, the head calls
+    ``ready`` (it opens the all_reduce's store on the port) before it tells them so."""
     if node == 0:
-        return _serve(port, nodes, deadline), "", 0.0
+        return _serve(port, nodes, deadline, ready), "", 0.0
     last = ""
     while time.monotonic() < deadline:
         begun = time.perf_counter()
@@ -150,7 +156,7 @@ def meet(head: str, port: int, *, node: int, nodes: int, deadline: float) -> tup
             with socket.create_connection((head, port), timeout=max(0.1, deadline - time.monotonic())) as link:
                 took = (time.perf_counter() - begun) * 1000
                 link.sendall(f"{node}\n".encode())
-                link.settimeout(max(1.0, deadline - time.monotonic() + 2))
+                link.settimeout(max(1.0, deadline - time.monotonic()) + IMPORT_S)
                 answer = link.makefile().readline().split()
                 return [int(number) for number in answer], "", took
         except (OSError, ValueError) as error:
@@ -159,9 +165,9 @@ def meet(head: str, port: int, *, node: int, nodes: int, deadline: float) -> tup
     return [], f"cannot reach the head {head}:{port} within the health gate's budget ({last or 'timed out'})", None
 
 
-def _serve(port: int, nodes: int, deadline: float) -> list[int]:
-    """The head's side of the meeting: each node's connection kept until all arrived (or the deadline), then
-    each told who arrived."""
+def _serve(port: int, nodes: int, deadline: float, ready: Callable[[], None] | None) -> list[int]:
+    """The head's side of the meeting: each node's connection kept until all arrived (or the deadline), the
+    listening socket closed (``ready`` may take the port), then each told who arrived."""
     arrived: dict[int, socket.socket] = {}
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -175,7 +181,11 @@ def _serve(port: int, nodes: int, deadline: float) -> list[int]:
                 arrived[int(link.makefile().readline())] = link
             except (OSError, ValueError):
                 continue
-        present = sorted([0, *arrived])
+    present = sorted([0, *arrived])
+    try:
+        if ready is not None and len(present) == nodes:
+            ready()
+    finally:
         for link in arrived.values():
             try:
                 link.sendall((" ".join(map(str, present)) + "\n").encode())
@@ -185,30 +195,69 @@ def _serve(port: int, nodes: int, deadline: float) -> list[int]:
     return present
 
 
-def all_reduce_ms(head: str, port: int, *, node: int, nodes: int, backend: str, timeout_s: float) -> float:
-    """Phase 3: one small all_reduce over the nodes, timed (after one to warm up); checked to add up."""
-    from datetime import timedelta
+class Collective:
+    """Phase 3's torch, imported in the background from the start (it is most of the gate's time), and its store:
+    the head opens it on the rendezvous port before it tells the nodes to come (``open``)."""
 
-    import torch
-    import torch.distributed as dist
+    def __init__(self, head: str, port: int, *, node: int, nodes: int, timeout_s: float) -> None:
+        self.head, self.port, self.node, self.nodes, self.timeout_s = head, port, node, nodes, timeout_s
+        self.store: Any = None
+        self.failed: BaseException | None = None
+        self.importing = threading.Thread(target=self._import, daemon=True)
+        self.importing.start()
 
-    dist.init_process_group(backend, init_method=f"tcp://{head}:{port}", rank=node, world_size=nodes,
-                            timeout=timedelta(seconds=timeout_s))
-    try:
-        device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
-        tensor = torch.ones(ALL_REDUCE_ELEMENTS, device=device)
-        dist.all_reduce(tensor)
-        tensor.fill_(1.0)
-        begun = time.perf_counter()
-        dist.all_reduce(tensor)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        took = (time.perf_counter() - begun) * 1000
-        if float(tensor[0]) != nodes:
-            raise RuntimeError(f"the all_reduce added up to {float(tensor[0]):g}, not {nodes}")
-        return took
-    finally:
-        dist.destroy_process_group()
+    def _import(self) -> None:
+        try:
+            import torch.distributed  # noqa: F401 - imported here, in the background
+        except BaseException as error:  # noqa: BLE001 - said with the all_reduce
+            self.failed = error
+
+    def open(self) -> None:
+        """The head's store, listening on the port (the head, once every node arrived); its failure is said with
+        the all_reduce."""
+        try:
+            self.store = self._store(master=True)
+        except Exception as error:  # noqa: BLE001 - said with the all_reduce
+            self.failed = error
+
+    def _store(self, *, master: bool) -> Any:  # noqa: ANN401 - torch's TCPStore
+        from datetime import timedelta
+
+        self.importing.join()
+        if self.failed is not None:
+            raise self.failed
+        import torch.distributed as dist
+
+        return dist.TCPStore(self.head, self.port, self.nodes, master, timedelta(seconds=self.timeout_s),
+                             wait_for_workers=False)
+
+    def all_reduce_ms(self, backend: str) -> float:
+        """One small all_reduce over the nodes, timed (after one to warm up); checked to add up."""
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as dist
+
+        store = self.store if self.node == 0 else self._store(master=False)
+        if store is None:
+            raise RuntimeError(f"the head's store did not open ({self.failed})")
+        dist.init_process_group(backend, store=store, rank=self.node, world_size=self.nodes,
+                                timeout=timedelta(seconds=self.timeout_s))
+        try:
+            device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+            tensor = torch.ones(ALL_REDUCE_ELEMENTS, device=device)
+            dist.all_reduce(tensor)
+            tensor.fill_(1.0)
+            begun = time.perf_counter()
+            dist.all_reduce(tensor)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            took = (time.perf_counter() - begun) * 1000
+            if float(tensor[0]) != self.nodes:
+                raise RuntimeError(f"the all_reduce added up to {float(tensor[0]):g}, not {self.nodes}")
+            return took
+        finally:
+            dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,23 +280,25 @@ def main(argv: list[str] | None = None) -> int:
     facts, problems = local_checks(args)
     say(node=node, host=host, phase="local", problems=problems, **facts)
     arrived: list[int] = list(range(nodes))
-    if nodes > 1 and checks & {"reach", "all_reduce"} and head and port:
-        arrived, problem, reach_ms = meet(head, port, node=node, nodes=nodes, deadline=deadline)
+    meets = nodes > 1 and bool(head) and bool(port)
+    collective = None
+    if meets and "all_reduce" in checks:
+        if importlib.util.find_spec("torch") is None:
+            facts["all_reduce"] = "not measured: torch is not importable here"
+        else:
+            collective = Collective(head, port, node=node, nodes=nodes, timeout_s=args.budget_s + IMPORT_S)
+    if meets and checks & {"reach", "all_reduce"}:
+        arrived, problem, reach_ms = meet(head, port, node=node, nodes=nodes, deadline=deadline,
+                                          ready=collective.open if collective is not None else None)
         facts["reach_ms"] = None if reach_ms is None else round(reach_ms, 2)
         facts["arrived"] = arrived
         if problem:
             problems.append(problem)
-    if "all_reduce" in checks and nodes > 1 and len(arrived) < nodes:
+    if collective is not None and len(arrived) < nodes:
         facts["all_reduce"] = "not measured: not every node reached the head"
-    elif "all_reduce" in checks and nodes > 1 and head and port:
+    elif collective is not None:
         try:
-            import importlib.util
-
-            if importlib.util.find_spec("torch") is None:
-                facts["all_reduce"] = "not measured: torch is not importable here"
-            else:
-                facts["all_reduce_ms"] = round(all_reduce_ms(head, port, node=node, nodes=nodes, backend=args.backend,
-                                                             timeout_s=args.budget_s), 3)
+            facts["all_reduce_ms"] = round(collective.all_reduce_ms(args.backend), 3)
         except Exception as error:  # noqa: BLE001 - whatever the collective says is the finding
             problems.append(f"the all_reduce over the {nodes} nodes failed: {type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''}")

@@ -1,18 +1,25 @@
-"""The health gate on the real SLURM test cluster: a node made bad for real (nftables in its network namespace drops
-its packets to the head's rendezvous port), found unfit as the job starts, left out, and the run finished on the
-good nodes of partition trio2 (n3, n4 and n5); the node named by `status` and avoided by the next submission
-until `launch nodes --clear` forgets it."""
+"""Bad nodes on the real SLURM test cluster, partition trio2 (n3, n4 and n5), under the sbatch launcher:
+
+- a node made bad for real (nftables in its network namespace drops its packets to the head's rendezvous port),
+  found unfit by the health gate as the job starts, left out, and the run finished on the good nodes; the node
+  named by `status` and avoided by the next submission until `launch nodes --clear` forgets it;
+- a node killed mid-training (every process in its namespace, slurmd too): SLURM requeues the job (NODE_FAIL),
+  which starts again on the other nodes, records the node as lost and avoids it, and resumes from the last
+  checkpoint, repeating the killed job's losses step for step."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.helpers import processes_mentioning, run_cli, wait_for
+from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, wait_for_run
 
 PORT = 29577  # the profile's fixed rendezvous port, so a rule can name it
 
@@ -61,3 +68,63 @@ def test_a_node_that_fails_the_gate_is_left_out_and_avoided_and_the_run_finishes
     assert "--exclude" not in run_cli("render", "--profile", str(profile), "--launcher", "sbatch", env=env,
                                       cwd=tmp_path).stdout
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of either job is left"
+
+
+def _losses(run_dir: Path) -> list[tuple[int, float]]:
+    """Every training loss logged, (step, loss), in the order written (a step repeated after a restart twice)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(row["step"], row["loss"]) for row in rows if row["kind"] == "train"]
+
+
+def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_others(  # type: ignore[no-untyped-def]
+        second_pair, tmp_path: Path) -> None:
+    head, dead = second_pair.nodes
+    spare = second_pair.third
+    profile = tmp_path / "trio.yaml"
+    profile.write_text(f"extends: slurm-local-2x2\nslurm:\n  partition: {second_pair.trio}\n")
+    run_dir, env = tmp_path / "run", second_pair.env
+    said = (tmp_path / "submit.out").open("w+")
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "launch", "submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir",
+         str(run_dir), "--", "--batch-size", "16", "--log-every", "5", "--checkpoint-every", "50", "--max-steps",
+         "200"], cwd=ROOT, stdout=said, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+
+    def past_a_checkpoint() -> bool:  # well past the checkpoint at step 50 (written whole), well before the next
+        logged = _losses(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+        latest = run_dir / "checkpoints" / "latest.json"
+        return bool(logged) and 60 <= logged[-1][0] <= 80 and latest.is_file() and \
+            json.loads(latest.read_text()).get("step") == 50
+
+    try:
+        assert wait_for_run(past_a_checkpoint, run_dir, 180, every_s=0.1)
+        before = _losses(run_dir)
+        for pid in subprocess.run(["ip", "netns", "pids", f"launchsl-{dead}"], capture_output=True, text=True,
+                                  timeout=30).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)  # the node dies: its slurmd, its job's processes, all at once
+            except ProcessLookupError:
+                pass
+        assert wait_for_run(lambda: follower.poll() is not None, run_dir, 300)
+    finally:
+        follower.kill()
+        second_pair.bring_back(dead)
+    said.seek(0)
+    out = said.read()
+    assert follower.returncode == 0, out[-3000:]
+    assert re.search(rf"requeued \(node {dead} failed", out), out
+    assert re.search(rf"running on n\[{head[1:]},{spare[1:]}\]", out), out
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["steps"] == 200 and result["world_size"] == 4
+    resumed = result["resumed_from_step"]
+    assert resumed == 50, "from its last checkpoint"
+    again = dict(_losses(run_dir)[len(before):])
+    overlap = [(step, loss) for step, loss in before if step > resumed and step in again]
+    assert overlap, "the killed job logged steps past its last checkpoint that the resumed run trained again"
+    for step, loss in overlap:  # the same batches, the same weights: the loss continues where it was
+        assert abs(again[step] - loss) <= 1e-4 * max(1.0, abs(loss)), (step, loss, again[step])
+    status = run_cli("status", str(run_dir), env=env).stdout
+    assert re.search(rf"started 2 times, lost {dead} \(SLURM lists it \S*DOWN", status), status
+    assert run_cli("nodes", env=env).stdout.startswith(f"{dead} on launchtest, avoided until "), \
+        "the lost node is avoided by the next jobs"
+    assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of the job is left"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launch.core import avoided_nodes, node_health, run_jobs
-from launch.runtime import health_gate, slurm_batch
+from launch.runtime import bad_nodes, batch_shell, health_gate, slurm_batch
 from tests.helpers import ROOT, run_cli
 
 pytestmark = pytest.mark.unit
@@ -112,7 +112,7 @@ def test_the_nodes_meet_at_the_heads_port_and_one_that_cannot_reach_it_says_so()
 
 def _gate(run_dir: Path, lines: str, hosts: list[str], *, max_failures: int = 3) -> int:
     reports = node_health.read_reports(io.StringIO(lines))
-    return slurm_batch.gate(run_dir, reports, hosts=hosts, budget_s=10, seconds=1.0, max_failures=max_failures,
+    return bad_nodes.gate(run_dir, reports, hosts=hosts, budget_s=10, seconds=1.0, max_failures=max_failures,
                             avoid_hours=24, script=str(run_dir / "job.sbatch"), exclude="")
 
 
@@ -187,3 +187,69 @@ def test_a_misspelt_check_is_refused_naming_the_key(write_profile) -> None:  # t
     done = run_cli("render", "--profile", str(path))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "health.checks[1]: 'disc' is not allowed; did you mean 'disk'?" in done.stderr
+
+
+def _fake_scontrol(folder: Path, monkeypatch: pytest.MonkeyPatch, oneliner: str) -> None:
+    """``scontrol show node N --oneliner`` answering ``oneliner`` (SLURM's own form), in front of any real one."""
+    folder.mkdir(exist_ok=True)
+    fake = folder / "scontrol"
+    fake.write_text(f"#!/bin/sh\necho '{oneliner}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_requeued_job_records_the_node_slurm_lost_avoids_it_and_counts_it(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "c")
+    _fake_scontrol(tmp_path / "bin", monkeypatch, "NodeName=n2 Arch=x86_64 State=DOWN+NOT_RESPONDING "
+                                                 "Reason=Not responding [slurm@2026-12-06T10:00:00] Comment=(null)")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2")) == 0
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == 0
+    (job,) = run_jobs.jobs(run_dir)
+    assert job.lost == {"n2": "SLURM lists it DOWN+NOT_RESPONDING: Not responding"}
+    assert run_jobs.describe(job) == ("job 9 (from the start), started 2 times, lost n2 (SLURM lists it "
+                                      "DOWN+NOT_RESPONDING: Not responding): running, or ended without a word "
+                                      "(cancelled or killed)")
+    (avoided,) = avoided_nodes.current("c")
+    assert avoided.why == "lost during a run: SLURM lists it DOWN+NOT_RESPONDING: Not responding"
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n2", "n3"), max_failures=0) == 1, \
+        "n1, lost too: more than max_node_failures"
+
+
+def test_a_node_slurm_lists_as_up_is_not_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    _fake_scontrol(tmp_path / "bin", monkeypatch, "NodeName=n2 State=IDLE Reason=(null)")
+    slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2"))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # a preemption, say: the job moved, no node failed
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == 0
+    assert run_jobs.jobs(run_dir)[0].lost == {} and avoided_nodes.current() == []
+
+
+def test_a_job_slurm_requeued_after_the_run_went_on_elsewhere_exits_at_once(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    run_jobs.append(tmp_path, {"job": "9", "event": "ended", "ended": run_jobs.UNFIT, "then": "resubmitted",
+                               "next": "10", "time": 1.0, "why": "n2: 0.1 GB free"})
+    assert slurm_batch.start(tmp_path, max_chain=None, script=None) == batch_shell.RUN_OVER
+
+
+def test_the_failure_report_names_the_node_that_was_lost(tmp_path: Path) -> None:
+    from launch.core.layout import rank_state_path, write_json_atomic
+    from launch.runs.outcome import failure_message
+
+    peer_gone = "RuntimeError: [pair.cc:561] Connection closed by peer [10.0.0.2]:40833"
+    for rank, host, status in ((0, "n1", "failed"), (1, "n2", "running")):
+        rank_state_path(tmp_path, rank).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(rank_state_path(tmp_path, rank), {"rank": rank, "host": host, "status": status, "time": 1.0,
+                                                            **({"error": peer_gone} if rank == 0 else {})})
+    assert "rank 1 on n2 failed first (died without a word" in failure_message(tmp_path, 1)
+    run_jobs.append(tmp_path, {"job": "9", "event": "lost", "unfit": {"n2": "SLURM lists it DOWN"}, "time": 2.0})
+    assert "rank 1 on n2 failed first (its node was lost (SLURM lists it DOWN); its processes ended without a word" \
+        in failure_message(tmp_path, 1)

@@ -113,9 +113,12 @@ def job_start(profile: Profile, python: str, run_dir: str) -> list[str]:
     chain = slurm is not None and slurm.on_time_limit == "chain"
     options = ["--max-chain", str(slurm.max_chain), "--script", str(PurePosixPath(run_dir, SCRIPT))] \
         if chain and slurm is not None else []
+    if slurm is not None:
+        options += ["--max-node-failures", str(slurm.max_node_failures), "--avoid-hours",
+                    f"{profile.health.avoid_hours:g}"]
     said = "; the run's next job is queued behind this one (slurm.on_time_limit: chain)" if chain else ""
-    return [f"# Each job of the run is recorded as it starts (jobs.jsonl){said}",
-            shlex.join(_batch_job(python, "start", run_dir, *options))
+    return [f"# Each job of the run is recorded as it starts (jobs.jsonl), and the nodes a requeued job lost{said}",
+            shlex.join(_batch_job(python, "start", run_dir, *options)) + ' --hosts "$hosts"'
             + ' || { launch_status=$?; [ "$launch_status" = 3 ] && exit 0; exit "$launch_status"; }']
 
 

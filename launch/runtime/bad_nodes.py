@@ -1,0 +1,109 @@
+"""Bad nodes under the sbatch launcher: the health gate's verdict acted on (``slurm_batch gate``), and nodes lost
+since the job last started (``slurm_batch start`` after SLURM requeued it). A bad node is avoided by the run and,
+for ``health.avoid_hours``, by this user's next jobs on the cluster (``launch.core.avoided_nodes``); the run goes
+on without it, up to ``slurm.max_node_failures`` times. No torch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from launch.core import avoided_nodes, node_health, run_jobs
+from launch.runtime.batch_shell import (
+    CHAIN_INDEX,
+    RUN_OVER,
+    cancel_successor,
+    failed,
+    job_id,
+    say,
+    sbatch_again,
+)
+
+
+def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[str], budget_s: float, seconds: float,
+         max_failures: int, avoid_hours: float, script: str, exclude: str) -> int:
+    """Judge the health gate (each node's report); 0 to train here, ``RUN_OVER`` where the run goes on in a job
+    submitted again without the unfit nodes, 1 where it cannot go on."""
+    job = job_id()
+    verdict = node_health.judge(reports, hosts, job=job, budget_s=budget_s, seconds=seconds,
+                                cluster=os.environ.get("SLURM_CLUSTER_NAME", ""))
+    node_health.save(run_dir, verdict)
+    unfit = verdict.unfit
+    run_jobs.append(run_dir, {"job": job, "event": "gate", "unfit": unfit, "seconds": round(seconds, 3),
+                              "time": time.time()})
+    for line in verdict.lines():
+        say(line.strip())
+    if not unfit:
+        return 0
+    if len(unfit) == len(hosts):
+        return failed(run_dir, job, "every node failed the health gate: the cause is more likely the profile, the "
+                                     "environment or the network than the nodes; nothing is excluded")
+    refused = _count(run_dir, job, {host: f"failed the health gate: {why}" for host, why in unfit.items()},
+                     cluster=verdict.cluster, avoid_hours=avoid_hours, max_failures=max_failures)
+    if refused is not None:
+        return refused
+    excluded = sorted({*run_jobs.unfit_nodes(run_dir), *(name for name in exclude.split(",") if name)})
+    index = {CHAIN_INDEX: os.environ[CHAIN_INDEX]} if CHAIN_INDEX in os.environ else {}
+    successor = sbatch_again(script, [f"--exclude={','.join(excluded)}"], index,
+                              "the run's job was not submitted again without the unfit nodes", "the run stops here")
+    if successor is None:
+        return failed(run_dir, job, f"the unfit nodes ({', '.join(unfit)}) could not be left out: sbatch refused")
+    cancel_successor(run_dir, job)  # a job chained after this one (on_time_limit: chain): the new one chains its own
+    run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": run_jobs.UNFIT, "then": "resubmitted",
+                              "next": successor, "time": time.time(),
+                              "why": "; ".join(f"{host}: {why}" for host, why in unfit.items())})
+    say(f"the run goes on in job {successor}, without {', '.join(excluded)} (sbatch --exclude)")
+    return RUN_OVER
+
+
+def _count(run_dir: Path, job: str, bad: dict[str, str], *, cluster: str, avoid_hours: float,
+           max_failures: int) -> int | None:
+    """``bad`` nodes (host: why) avoided on the cluster; the run failed (1), naming every node that failed it,
+    once that happened more than ``max_failures`` times; else None."""
+    avoided_nodes.avoid(cluster, bad, hours=avoid_hours, run=str(run_dir))
+    failures = sum(1 for record in run_jobs.records(run_dir)
+                   if record.get("event") in run_jobs.BAD_NODE_EVENTS and record.get("unfit"))
+    if failures <= max_failures:
+        return None
+    named = "; ".join(f"{host} ({why})" for host, why in run_jobs.unfit_nodes(run_dir).items())
+    return failed(run_dir, job, f"nodes failed the run {failures} times, more than slurm.max_node_failures "
+                                f"({max_failures}): {named}")
+
+
+def lost_since_last_start(run_dir: Path, hosts: list[str], *, max_failures: int, avoid_hours: float) -> int | None:
+    """Where SLURM requeued this job: the nodes of its last allocation that SLURM now lists as down or failing
+    (the node lost: NODE_FAIL), recorded, avoided and counted; 1 where that makes too many, else None."""
+    job = job_id()
+    before = next((record for record in reversed(run_jobs.records(run_dir))
+                   if record.get("job") == job and record.get("event") == "started"), None)
+    if before is None:
+        return None
+    lost = {host: why for host in before.get("hosts") or [] if host not in hosts
+            and (why := node_down(str(host))) is not None}
+    if not lost:
+        return None
+    run_jobs.append(run_dir, {"job": job, "event": "lost", "unfit": lost, "time": time.time()})
+    for host, why in lost.items():
+        say(f"{host}, a node of this job's last start, was lost ({why}): the run goes on from its checkpoint "
+            f"without it, on {', '.join(hosts)}")
+    return _count(run_dir, job, {host: f"lost during a run: {why}" for host, why in lost.items()},
+                  cluster=os.environ.get("SLURM_CLUSTER_NAME", ""), avoid_hours=avoid_hours, max_failures=max_failures)
+
+
+def node_down(host: str) -> str | None:
+    """Why SLURM lists ``host`` as down, failing, drained or not responding (its state and reason); None where it
+    does not, or does not answer."""
+    try:
+        done = subprocess.run(["scontrol", "show", "node", host, "--oneliner"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
+    state = fields.get("State", "")
+    if done.returncode != 0 or not any(bad in state for bad in ("DOWN", "FAIL", "DRAIN", "NOT_RESPONDING")):
+        return None
+    reason = done.stdout.split("Reason=", 1)[1].split(" [")[0].strip() if "Reason=" in done.stdout else ""
+    return f"SLURM lists it {state}" + (f": {reason}" if reason else "")
