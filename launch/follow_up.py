@@ -4,6 +4,7 @@ through the record in its folder."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from launch import backends
@@ -60,9 +61,14 @@ def health_lines(run_dir: Path) -> list[str]:
     verdict = node_health.load(run_dir)
     if verdict is None:
         return []
-    avoided = avoided_nodes.current(verdict.cluster) if verdict.cluster else []
+    avoided = avoided_nodes.current(avoided_file(), verdict.cluster) if verdict.cluster else []
     return [*verdict.lines(), *(["nodes avoided on this cluster (python -m launch nodes):"] if avoided else []),
             *(f"  {node.said()}" for node in avoided)]
+
+
+def avoided_file() -> Path:
+    """This user's list of the nodes their SLURM jobs avoid (``launch.core.avoided_nodes``)."""
+    return avoided_nodes.file_for(os.environ, Path.home())
 
 
 def nodes_text(*, clear: tuple[str, ...] | None, cluster: str | None) -> str:
@@ -70,14 +76,14 @@ def nodes_text(*, clear: tuple[str, ...] | None, cluster: str | None) -> str:
     ``clear`` (all, where it names none) forgotten."""
     where = f" on {cluster}" if cluster else ""
     if clear is not None:
-        gone = avoided_nodes.clear(clear, cluster)
+        gone = avoided_nodes.clear(avoided_file(), clear, cluster)
         missing = sorted(set(clear) - {node.node for node in gone})
         if missing:
             raise LaunchError(f"--clear {' '.join(missing)}: not avoided{where}", "python -m launch nodes lists them")
         return "\n".join(f"forgot {node.node} on {node.cluster}" for node in gone) or f"no node was avoided{where}"
-    found = avoided_nodes.current(cluster)
+    found = avoided_nodes.current(avoided_file(), cluster)
     return "\n".join(node.said() for node in found) if found else \
-        f"no node is avoided{where} ({avoided_nodes.path()})"
+        f"no node is avoided{where} ({avoided_file()})"
 
 
 def stacks_text(run_dir: Path, *, wait_s: float) -> tuple[str, bool]:

@@ -1,13 +1,15 @@
 """The nodes a cluster's next jobs avoid: a small file of this user's (``$XDG_STATE_HOME/launch/avoided-nodes.json``,
-else ``~/.local/state/...``), written where a job found a node unfit (its health gate) and read where the next
-job is submitted, which excludes them (``sbatch --exclude``) until each entry expires. ``launch nodes`` lists and
-clears them. No torch.
+else ``~/.local/state/...``: ``file_for``), written where a job found a node bad (its health gate, a node lost)
+and read where the next job is submitted, which excludes them (``sbatch --exclude``) until each entry expires.
+``launch nodes`` lists and clears them. The callers say where the file is. No torch.
 """
 
 from __future__ import annotations
 
-import os
+import fcntl
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,48 +37,57 @@ class AvoidedNode:
             (f" (run {self.run})" if self.run else "")
 
 
-def path() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "launch" / FILE
+def file_for(environ: Mapping[str, str], home: Path) -> Path:
+    """Where the list is for a user with ``environ`` and ``home``: ``$XDG_STATE_HOME/launch/``, else
+    ``~/.local/state/launch/``."""
+    return Path(environ.get("XDG_STATE_HOME") or home / ".local" / "state") / "launch" / FILE
 
 
-def _all() -> list[AvoidedNode]:
+def _all(file: Path) -> list[AvoidedNode]:
     found = []
-    for entry in (read_json(path()) or {}).get("nodes", []):
+    for entry in (read_json(file) or {}).get("nodes", []):
         try:
             found.append(AvoidedNode(cluster=str(entry["cluster"]), node=str(entry["node"]),
                                      until=float(entry["until"]), why=str(entry.get("why", "")),
                                      run=str(entry.get("run", ""))))
         except (KeyError, TypeError, ValueError):
-            continue  # a line a person broke: skipped, not fatal
+            continue  # an entry a person broke: skipped, not fatal
     return found
 
 
-def _save(nodes: list[AvoidedNode]) -> None:
-    path().parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path(), {"nodes": [{"cluster": node.cluster, "node": node.node, "until": node.until,
-                                          "why": node.why, "run": node.run} for node in nodes]})
+@contextmanager
+def _changing(file: Path) -> Iterator[list[AvoidedNode]]:
+    """The entries, to change in place and write back, with the list locked meanwhile (two jobs' gates may write
+    at once)."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with open(file.with_name(file.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        nodes = _all(file)
+        yield nodes
+        write_json_atomic(file, {"nodes": [{"cluster": node.cluster, "node": node.node, "until": node.until,
+                                            "why": node.why, "run": node.run} for node in nodes]})
 
 
-def current(cluster: str | None = None, now: float | None = None) -> list[AvoidedNode]:
+def current(file: Path, cluster: str | None = None, now: float | None = None) -> list[AvoidedNode]:
     """The entries not yet expired (on ``cluster`` alone, where named), by cluster and node."""
     moment = time.time() if now is None else now
-    found = [node for node in _all() if node.until > moment and (cluster is None or node.cluster == cluster)]
+    found = [node for node in _all(file) if node.until > moment and (cluster is None or node.cluster == cluster)]
     return sorted(found, key=lambda node: (node.cluster, node.node))
 
 
-def avoid(cluster: str, unfit: dict[str, str], *, hours: float, run: str, now: float | None = None) -> None:
+def avoid(file: Path, cluster: str, unfit: dict[str, str], *, hours: float, run: str,
+          now: float | None = None) -> None:
     """``unfit`` (node: why) avoided on ``cluster`` for ``hours`` from now; expired entries are dropped."""
     moment = time.time() if now is None else now
-    kept = [node for node in _all() if node.until > moment and not (node.cluster == cluster and node.node in unfit)]
-    kept += [AvoidedNode(cluster=cluster, node=name, until=moment + hours * 3600, why=why, run=run)
-             for name, why in unfit.items()]
-    _save(kept)
+    with _changing(file) as nodes:
+        nodes[:] = [node for node in nodes if node.until > moment and not (node.cluster == cluster and node.node in unfit)]
+        nodes += [AvoidedNode(cluster=cluster, node=name, until=moment + hours * 3600, why=why, run=run)
+                  for name, why in unfit.items()]
 
 
-def clear(nodes: tuple[str, ...] = (), cluster: str | None = None) -> list[AvoidedNode]:
+def clear(file: Path, nodes: tuple[str, ...] = (), cluster: str | None = None) -> list[AvoidedNode]:
     """Entries forgotten: the nodes named (all, where none is), on ``cluster`` where named; those removed."""
-    every = _all()
-    gone = [node for node in every if (not nodes or node.node in nodes) and (cluster is None or node.cluster == cluster)]
-    _save([node for node in every if node not in gone])
+    with _changing(file) as every:
+        gone = [node for node in every if (not nodes or node.node in nodes) and (cluster is None or node.cluster == cluster)]
+        every[:] = [node for node in every if node not in gone]
     return gone

@@ -18,6 +18,8 @@ from launch.core.layout import read_json, write_json_atomic
 LINE = "launch-health"  # what starts each line of a node's step that the judge reads
 HEALTH = "health.json"  # in the run folder: the last health gate's verdict
 UNREACHED = "cannot reach the head"  # how a node's step says it could not reach the head
+NO_ANSWER = "which did not answer"  # how a node's step says it reached the head, which never said who came
+COLLECTIVE_FAILED = "the all_reduce over the"  # how a node's step says the gate's all_reduce failed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +38,7 @@ class Verdict:
     seconds: float
     cluster: str = ""
     time: float = 0.0
+    shared: tuple[str, ...] = ()  # what failed on every node and is held against none (the all_reduce)
 
     @property
     def unfit(self) -> dict[str, str]:
@@ -49,7 +52,8 @@ class Verdict:
         fit = [node.host for node in self.nodes if node.fit]
         said = [f"health gate of job {self.job} ({self.seconds:.1f} s): "
                 + (f"{len(fit)} of {len(self.nodes)} nodes fit ({', '.join(fit) or 'none'})" + timed)]
-        return said + [f"  {host} unfit: {why}" for host, why in self.unfit.items()]
+        return said + [f"  {host} unfit: {why}" for host, why in self.unfit.items()] + \
+            [f"  on every node: {why}" for why in self.shared]
 
 
 def read_reports(stream: Iterable[str], echo: TextIO | None = None) -> dict[int, dict[str, Any]]:
@@ -71,29 +75,42 @@ def read_reports(stream: Iterable[str], echo: TextIO | None = None) -> dict[int,
 def judge(reports: dict[int, dict[str, Any]], hosts: list[str], *, job: str, budget_s: float, seconds: float,
           cluster: str = "") -> Verdict:
     """Fit and unfit nodes from their reports. A node that never answered, or did not finish, is unfit; where
-    no other node reached the head (three nodes or more), the head is the one to blame; a node whose torch or
-    launch is not the others' is unfit."""
+    no other node reached the head (three nodes or more), or the nodes that reached it got no answer, the head
+    is the one to blame; a node whose torch or launch is not the others' is unfit. An all_reduce that failed on
+    every node is held against none (``shared``): nothing says which node broke it."""
     problems: dict[int, list[str]] = {}
     for index, host in enumerate(hosts):
         report = reports.get(index)
         if report is None:
-            problems[index] = [f"its step of the health gate never answered (within {budget_s:g} s, or it did not start)"]
+            problems[index] = ["its step of the health gate never answered (it did not start, or ended without a "
+                               "word)"]
         elif report.get("phase") != "done":
-            problems[index] = [*report.get("problems", []), f"its step checked the node, then did not finish within "
-                               f"the budget of {budget_s:g} s"]
+            problems[index] = [*report.get("problems", []), "its step checked the node, then ended before it "
+                               f"finished (killed, or past the gate's limit of {3 * budget_s + 60:g} s)"]
         else:
             problems[index] = list(report.get("problems", []))
     others = [index for index in range(1, len(hosts)) if index in reports]
+    unanswered = [index for index in others if any(NO_ANSWER in text for text in problems[index])]
+    if unanswered:
+        for index in unanswered:
+            problems[index] = [text for text in problems[index] if NO_ANSWER not in text]
+        problems[0].append(f"the nodes that reached it got no answer ({len(unanswered)} of {len(others)})")
     if len(others) >= 2 and all(any(UNREACHED in text for text in problems[index]) for index in others):
         for index in others:
             problems[index] = [text for text in problems[index] if UNREACHED not in text]
         problems[0].append(f"no other node could reach it at the rendezvous port ({len(others)} tried)")
+    shared: list[str] = []
+    collective = [index for index in problems if any(COLLECTIVE_FAILED in text for text in problems[index])]
+    if len(hosts) > 1 and len(collective) == len(hosts):
+        shared = [next(text for text in problems[0] if COLLECTIVE_FAILED in text)]
+        for index in collective:
+            problems[index] = [text for text in problems[index] if COLLECTIVE_FAILED not in text]
     problems = _odd_versions(reports, problems)
     nodes = tuple(NodeVerdict(node=index, host=host, fit=not problems[index], problems=tuple(problems[index]),
                               facts={key: value for key, value in reports.get(index, {}).items()
                                      if key not in ("problems", "node", "host", "phase")})
                   for index, host in enumerate(hosts))
-    return Verdict(job=job, nodes=nodes, seconds=seconds, cluster=cluster, time=time.time())
+    return Verdict(job=job, nodes=nodes, seconds=seconds, cluster=cluster, time=time.time(), shared=tuple(shared))
 
 
 def _odd_versions(reports: dict[int, dict[str, Any]], problems: dict[int, list[str]]) -> dict[int, list[str]]:
@@ -127,6 +144,7 @@ def load(run_dir: Path) -> Verdict | None:
                                   problems=tuple(node.get("problems", ())), facts=dict(node.get("facts", {})))
                       for node in data.get("nodes", []))
         return Verdict(job=str(data["job"]), nodes=nodes, seconds=float(data["seconds"]),
-                       cluster=str(data.get("cluster", "")), time=float(data.get("time", 0.0)))
+                       cluster=str(data.get("cluster", "")), time=float(data.get("time", 0.0)),
+                       shared=tuple(data.get("shared", ())))
     except (KeyError, TypeError, ValueError):
         return None

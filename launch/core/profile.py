@@ -83,7 +83,8 @@ class SlurmSection:
     avoid: tuple[AvoidedNode, ...] = field(default=(), metadata={"yaml": False})
 
 
-HealthCheck = Literal["devices", "memory", "disk", "versions", "reach", "all_reduce", "gpu"]
+HealthCheck = Literal["devices", "memory", "disk", "versions", "reach", "all_reduce", "gpu", "dcgm"]
+# the default checks: dcgm (dcgmi diag -r 1, tens of seconds) only where a profile asks for it
 HEALTH_CHECKS: tuple[HealthCheck, ...] = ("devices", "memory", "disk", "versions", "reach", "all_reduce", "gpu")
 
 

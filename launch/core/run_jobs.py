@@ -84,10 +84,17 @@ def successor(run_dir: Path, job_id: str) -> str | None:
     return None
 
 
+def this_submission(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines since ``submit`` last submitted the run (its own job's first start; before that: all)."""
+    starts = [index for index, record in enumerate(found) if record.get("submission")]
+    return found[starts[-1]:] if starts else found
+
+
 def unfit_nodes(run_dir: Path) -> dict[str, str]:
-    """Every node the run found bad (a health gate found it unfit, or it was lost), and why (the last time)."""
+    """Every node the run found bad since it was last submitted (a health gate found it unfit, or it was lost),
+    and why (the last time)."""
     found: dict[str, str] = {}
-    for record in records(run_dir):
+    for record in this_submission(records(run_dir)):
         if record.get("event") in BAD_NODE_EVENTS and isinstance(record.get("unfit"), dict):
             found.update({str(host): str(why) for host, why in record["unfit"].items()})
     return found

@@ -7,6 +7,7 @@ on without it, up to ``slurm.max_node_failures`` times. No torch.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from launch.core import avoided_nodes, node_health, run_jobs
 from launch.runtime.batch_shell import (
     CHAIN_INDEX,
+    RESUBMITTED,
     RUN_OVER,
     cancel_successor,
     failed,
@@ -26,36 +28,51 @@ from launch.runtime.batch_shell import (
 def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[str], budget_s: float, seconds: float,
          max_failures: int, avoid_hours: float, script: str, exclude: str) -> int:
     """Judge the health gate (each node's report); 0 to train here, ``RUN_OVER`` where the run goes on in a job
-    submitted again without the unfit nodes, 1 where it cannot go on."""
+    submitted again without the unfit nodes (``exclude``: the job's own --exclude, kept as written), 1 where it
+    cannot go on."""
     job = job_id()
     verdict = node_health.judge(reports, hosts, job=job, budget_s=budget_s, seconds=seconds,
                                 cluster=os.environ.get("SLURM_CLUSTER_NAME", ""))
     node_health.save(run_dir, verdict)
     unfit = verdict.unfit
-    run_jobs.append(run_dir, {"job": job, "event": "gate", "unfit": unfit, "seconds": round(seconds, 3),
-                              "time": time.time()})
+    everyone = len(hosts) > 1 and len(unfit) == len(hosts)  # then no node is to blame more than the others
+    run_jobs.append(run_dir, {"job": job, "event": "gate", "unfit": {} if everyone else unfit,
+                              "seconds": round(seconds, 3), "time": time.time(), **({"every": unfit} if everyone else {})})
     for line in verdict.lines():
         say(line.strip())
-    if not unfit:
-        return 0
-    if len(unfit) == len(hosts):
+    if everyone:
         return failed(run_dir, job, "every node failed the health gate: the cause is more likely the profile, the "
-                                     "environment or the network than the nodes; nothing is excluded")
+                                    "environment or the network than the nodes; nothing is excluded")
+    if not unfit:
+        if verdict.shared:
+            return failed(run_dir, job, f"the health gate failed on every node ({'; '.join(verdict.shared)}): the "
+                                        "cause is more likely the network or the collectives' library than one node; "
+                                        "nothing is excluded")
+        return 0
     refused = _count(run_dir, job, {host: f"failed the health gate: {why}" for host, why in unfit.items()},
                      cluster=verdict.cluster, avoid_hours=avoid_hours, max_failures=max_failures)
     if refused is not None:
         return refused
-    excluded = sorted({*run_jobs.unfit_nodes(run_dir), *(name for name in exclude.split(",") if name)})
+    return _go_on_without(run_dir, job, unfit, script=script, exclude=exclude)
+
+
+def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str) -> int:
+    """The run's job submitted again, excluding every node the run found bad; this job leaves the run to it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a dying node's job is ended: the new job is recorded first
+    chained = run_jobs.chained(run_dir, job)  # under on_time_limit: chain, queued behind this one: the new one chains
+    bad = sorted(run_jobs.unfit_nodes(run_dir))
+    excluded = ",".join([exclude, *bad] if exclude else bad)  # the job's own list whole: it may be a hostlist
     index = {CHAIN_INDEX: os.environ[CHAIN_INDEX]} if CHAIN_INDEX in os.environ else {}
-    successor = sbatch_again(script, [f"--exclude={','.join(excluded)}"], index,
-                              "the run's job was not submitted again without the unfit nodes", "the run stops here")
+    successor = sbatch_again(script, [f"--exclude={excluded}"], {**index, RESUBMITTED: job},
+                             "the run's job was not submitted again without the unfit nodes", "the run stops here")
     if successor is None:
         return failed(run_dir, job, f"the unfit nodes ({', '.join(unfit)}) could not be left out: sbatch refused")
-    cancel_successor(run_dir, job)  # a job chained after this one (on_time_limit: chain): the new one chains its own
     run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": run_jobs.UNFIT, "then": "resubmitted",
                               "next": successor, "time": time.time(),
                               "why": "; ".join(f"{host}: {why}" for host, why in unfit.items())})
-    say(f"the run goes on in job {successor}, without {', '.join(excluded)} (sbatch --exclude)")
+    if chained is not None:
+        cancel_successor(run_dir, job, chained)
+    say(f"the run goes on in job {successor}, without {excluded} (sbatch --exclude)")
     return RUN_OVER
 
 
@@ -63,8 +80,12 @@ def _count(run_dir: Path, job: str, bad: dict[str, str], *, cluster: str, avoid_
            max_failures: int) -> int | None:
     """``bad`` nodes (host: why) avoided on the cluster; the run failed (1), naming every node that failed it,
     once that happened more than ``max_failures`` times; else None."""
-    avoided_nodes.avoid(cluster, bad, hours=avoid_hours, run=str(run_dir))
-    failures = sum(1 for record in run_jobs.records(run_dir)
+    try:
+        avoided_nodes.avoid(avoided_nodes.file_for(os.environ, Path.home()), cluster, bad, hours=avoid_hours,
+                            run=str(run_dir))
+    except OSError as error:  # a home that is read-only or full on the nodes: the run still goes on without them
+        say(f"the nodes could not be added to the list your next jobs avoid ({error.strerror or error})")
+    failures = sum(1 for record in run_jobs.this_submission(run_jobs.records(run_dir))
                    if record.get("event") in run_jobs.BAD_NODE_EVENTS and record.get("unfit"))
     if failures <= max_failures:
         return None
@@ -93,9 +114,12 @@ def lost_since_last_start(run_dir: Path, hosts: list[str], *, max_failures: int,
                   cluster=os.environ.get("SLURM_CLUSTER_NAME", ""), avoid_hours=avoid_hours, max_failures=max_failures)
 
 
+LOST_STATES = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING"})  # not DRAIN (planned), nor POWERED_DOWN
+
+
 def node_down(host: str) -> str | None:
-    """Why SLURM lists ``host`` as down, failing, drained or not responding (its state and reason); None where it
-    does not, or does not answer."""
+    """Why SLURM lists ``host`` as down, failing or not responding (its state and reason); None where it does
+    not, or does not answer."""
     try:
         done = subprocess.run(["scontrol", "show", "node", host, "--oneliner"], capture_output=True, text=True,
                               timeout=30)
@@ -103,7 +127,7 @@ def node_down(host: str) -> str | None:
         return None
     fields = dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
     state = fields.get("State", "")
-    if done.returncode != 0 or not any(bad in state for bad in ("DOWN", "FAIL", "DRAIN", "NOT_RESPONDING")):
+    if done.returncode != 0 or not set(state.split("+")) & LOST_STATES:
         return None
     reason = done.stdout.split("Reason=", 1)[1].split(" [")[0].strip() if "Reason=" in done.stdout else ""
     return f"SLURM lists it {state}" + (f": {reason}" if reason else "")

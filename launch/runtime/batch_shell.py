@@ -16,6 +16,7 @@ from launch.core import run_jobs
 RUN_OVER = 3  # this job is not the run's any more (its run ended, or goes on in another job): nothing to do
 CHAIN_AFTER = "LAUNCH_CHAIN_AFTER"  # a chained job's predecessor
 CHAIN_INDEX = "LAUNCH_CHAIN_INDEX"  # a chained job's place in its chain (the first job: 1)
+RESUBMITTED = "LAUNCH_RESUBMITTED"  # a job submitted again without bad nodes: the job it stands in for
 
 
 def say(text: str) -> None:
@@ -23,7 +24,9 @@ def say(text: str) -> None:
 
 
 def job_id() -> str:
-    return os.environ.get("SLURM_JOB_ID", "")
+    """The job as ``submit`` recorded it: a sweep's point (an element of a job array) as ``ARRAY_INDEX``."""
+    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", "")
 
 
 def restart_count() -> int:
@@ -56,8 +59,9 @@ def failed(run_dir: Path, job: str, why: str) -> int:
     return 1
 
 
-def cancel_successor(run_dir: Path, job: str) -> None:
-    successor = run_jobs.chained(run_dir, job)
+def cancel_successor(run_dir: Path, job: str, successor: str | None = None) -> None:
+    """The job queued behind ``job`` (``on_time_limit: chain``; else the one its lines name) cancelled."""
+    successor = successor or run_jobs.chained(run_dir, job)
     if successor is None:
         return
     refusal = slurm_command("scancel", successor)

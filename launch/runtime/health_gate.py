@@ -5,7 +5,7 @@ nothing is written on the node itself, whose disk may be the trouble.
 
 1. On the node, nothing that can hang: free memory, free disk where the run folder and its checkpoints are, the
    versions of torch and launch installed, the CUDA devices and, where GPUs are, what nvidia-smi (and
-   ``dcgmi diag -r 1``, where installed) says of them without root.
+   ``dcgmi diag -r 1``, where asked for: the ``dcgm`` check) says of them without root.
 2. Every node reaches the head at MASTER_ADDR:MASTER_PORT, the port the training's rendezvous uses (a plain
    TCP meeting the head serves; ``reach``).
 3. Where every node arrived, one small all_reduce over the nodes with the job's collectives, timed
@@ -21,6 +21,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -31,8 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 from launch.core.machine import DISTRIBUTION, installed_version
-from launch.core.node_health import LINE
+from launch.core.node_health import COLLECTIVE_FAILED, LINE, NO_ANSWER, UNREACHED
 
+HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 136, 140})  # the driver's: the GPU is at fault
 SMI_FIELDS = ("index", "ecc.errors.uncorrected.volatile.total", "retired_pages.pending", "remapped_rows.pending",
               "clocks_throttle_reasons.hw_slowdown")
 ALL_REDUCE_ELEMENTS = 1 << 16  # 256 KiB of float32
@@ -75,8 +77,18 @@ def gpu_problems(smi_csv: str) -> list[str]:
 
 
 def xid_events(kernel_log: str) -> list[str]:
-    """The GPU driver's Xid errors in the kernel's log since boot, one line each."""
-    return [line.split("NVRM:", 1)[1].strip() for line in kernel_log.splitlines() if "NVRM: Xid" in line]
+    """The GPU driver's Xid errors in the kernel's log since boot that say the hardware is at fault, one line
+    each (NVIDIA's list: ECC, fallen off the bus, NVLink, row remapping...). Others (13, 31, 43, 45: an earlier
+    user's process crashed or was killed) say nothing of the node."""
+    found = []
+    for line in kernel_log.splitlines():
+        if "NVRM: Xid" not in line:
+            continue
+        said = line.split("NVRM:", 1)[1].strip()
+        number = re.search(r"\):\s*(\d+)", said)
+        if number is not None and int(number[1]) in HARDWARE_XIDS:
+            found.append(said)
+    return found
 
 
 def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str] | None:
@@ -102,12 +114,22 @@ def gpu_facts(budget_s: float) -> tuple[dict[str, Any], list[str]]:
         problems += [f"the GPU driver logged {event}" for event in xid_events(kernel.stdout)[-3:]]
     else:
         facts["xid"] = "the kernel's log is not readable without root here"
-    if shutil.which("dcgmi") is not None:
-        diag = _run(["dcgmi", "diag", "-r", "1"], max(budget_s, 30))
-        if diag is None or diag.returncode != 0 or "Fail" in diag.stdout:
-            said = "did not finish" if diag is None else (diag.stdout + diag.stderr).strip().splitlines()[-1:]
-            problems.append(f"dcgmi diag -r 1 failed: {said}")
     return facts, problems
+
+
+def dcgm_problems(budget_s: float) -> tuple[dict[str, Any], list[str]]:
+    """``dcgmi diag -r 1`` (the ``dcgm`` check, asked for): a test that failed is a problem; dcgmi missing, or its
+    host engine not answering, is said, not held against the node."""
+    if shutil.which("dcgmi") is None:
+        return {"dcgm": "dcgmi not found"}, []
+    diag = _run(["dcgmi", "diag", "-r", "1"], budget_s)
+    if diag is None:
+        return {}, [f"dcgmi diag -r 1 did not finish within {budget_s:g} s"]
+    said = (diag.stdout + diag.stderr).strip()
+    if diag.returncode != 0 and "Fail" not in diag.stdout:
+        return {"dcgm": f"not measured ({(said.splitlines() or ['exit status ' + str(diag.returncode)])[-1]})"}, []
+    failed = [line.strip(" |") for line in diag.stdout.splitlines() if "Fail" in line]
+    return {"dcgm": "passed" if not failed else "failed"}, [f"dcgmi diag -r 1: {line}" for line in failed[:3]]
 
 
 def local_checks(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -139,6 +161,10 @@ def local_checks(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             problems += said
         if "devices" in checks and isinstance(found.get("gpus"), int) and found["gpus"] < args.per_node:
             problems.append(f"{found['gpus']} GPUs visible; the job runs {args.per_node} processes per node")
+    if args.device == "cuda" and "dcgm" in checks:
+        found, said = dcgm_problems(max(args.budget_s, 30.0))
+        facts.update(found)
+        problems += said
     return facts, problems
 
 
@@ -148,21 +174,30 @@ def meet(head: str, port: int, *, node: int, nodes: int, deadline: float,
     problem reaching it; the milliseconds its connection took.) Where every node arrived, the head calls
     ``ready`` (it opens the all_reduce's store on the port) before it tells them so."""
     if node == 0:
-        return _serve(port, nodes, deadline, ready), "", 0.0
+        try:
+            return _serve(port, nodes, deadline, ready), "", 0.0
+        except OSError as error:  # the port is taken here: the training's rendezvous could not listen either
+            return [0], f"cannot listen on the rendezvous port {port} ({error.strerror or error})", None
     last = ""
     while time.monotonic() < deadline:
         begun = time.perf_counter()
         try:
-            with socket.create_connection((head, port), timeout=max(0.1, deadline - time.monotonic())) as link:
-                took = (time.perf_counter() - begun) * 1000
+            link = socket.create_connection((head, port), timeout=max(0.1, deadline - time.monotonic()))
+        except OSError as error:
+            last = error.strerror or str(error) or type(error).__name__
+            time.sleep(RETRY_S)
+            continue
+        took = (time.perf_counter() - begun) * 1000
+        with link:  # reached: what follows is the head's to answer (it may still be importing torch)
+            try:
                 link.sendall(f"{node}\n".encode())
-                link.settimeout(max(1.0, deadline - time.monotonic()) + IMPORT_S)
+                link.settimeout(max(1.0, deadline - time.monotonic()) + IMPORT_S + 5)
                 answer = link.makefile().readline().split()
                 return [int(number) for number in answer], "", took
-        except (OSError, ValueError) as error:
-            last = getattr(error, "strerror", None) or str(error) or type(error).__name__
-            time.sleep(RETRY_S)
-    return [], f"cannot reach the head {head}:{port} within the health gate's budget ({last or 'timed out'})", None
+            except (OSError, ValueError) as error:
+                why = getattr(error, "strerror", None) or str(error) or type(error).__name__
+                return [], f"reached the head {head}:{port}, {NO_ANSWER} ({why})", took
+    return [], f"{UNREACHED} {head}:{port} within the health gate's budget ({last or 'timed out'})", None
 
 
 def _serve(port: int, nodes: int, deadline: float, ready: Callable[[], None] | None) -> list[int]:
@@ -223,7 +258,9 @@ class Collective:
     def _store(self, *, master: bool) -> Any:  # noqa: ANN401 - torch's TCPStore
         from datetime import timedelta
 
-        self.importing.join()
+        self.importing.join(IMPORT_S)
+        if self.importing.is_alive():
+            raise TimeoutError(f"importing torch took over {IMPORT_S:g} s on this node")
         if self.failed is not None:
             raise self.failed
         import torch.distributed as dist
@@ -272,13 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="gloo")
     args = parser.parse_args(argv)
     begun = time.monotonic()
-    deadline = begun + args.budget_s
     node, nodes = int(os.environ.get("SLURM_NODEID", 0)), int(os.environ.get("SLURM_NNODES", 1))
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     head, port = os.environ.get("MASTER_ADDR", ""), int(os.environ.get("MASTER_PORT", 0))
     checks = set(args.checks.split(","))
     facts, problems = local_checks(args)
     say(node=node, host=host, phase="local", problems=problems, **facts)
+    deadline = time.monotonic() + args.budget_s  # for the meeting: a node's own slow checks are not a link's fault
     arrived: list[int] = list(range(nodes))
     meets = nodes > 1 and bool(head) and bool(port)
     collective = None
@@ -300,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             facts["all_reduce_ms"] = round(collective.all_reduce_ms(args.backend), 3)
         except Exception as error:  # noqa: BLE001 - whatever the collective says is the finding
-            problems.append(f"the all_reduce over the {nodes} nodes failed: {type(error).__name__}: "
+            problems.append(f"{COLLECTIVE_FAILED} {nodes} nodes failed: {type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''}")
     say(node=node, host=host, phase="done", problems=problems, seconds=round(time.monotonic() - begun, 3), **facts)
     return 0

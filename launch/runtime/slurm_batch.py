@@ -31,6 +31,7 @@ from launch.runtime import bad_nodes
 from launch.runtime.batch_shell import (
     CHAIN_AFTER,
     CHAIN_INDEX,
+    RESUBMITTED,
     RUN_OVER,
     cancel_successor,
     job_id,
@@ -55,7 +56,6 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tu
     (``bad_nodes``); chain its successor (``max_chain``: jobs at most, counting the first). 0 to go on, 1 where
     nodes failed the run too often, ``RUN_OVER`` for a job the run no longer goes on in."""
     job, after = job_id(), os.environ.get(CHAIN_AFTER)
-    (run_dir / STOP_REQUEST).unlink(missing_ok=True)  # a request of an earlier allocation is not for this one
     gone_on = next((known.next for known in run_jobs.jobs(run_dir) if known.job == job and known.then == "resubmitted"),
                    None)
     if gone_on is not None:  # SLURM requeued a job the run had left (its node failed as it ended)
@@ -65,18 +65,24 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tu
         before = next((known for known in run_jobs.jobs(run_dir) if known.job == after), None)
         if before is None or before.ended != run_jobs.TIME_LIMIT or before.then != "chained":
             how = "ended without a word (cancelled, or killed)" if before is None or before.ended is None \
+                else f"left the run to job {before.next}" if before.then == "resubmitted" \
                 else f"ended ({before.ended})"
-            say(f"job {after}, before this one in the run's chain, {how}: the run is over; nothing to do")
+            over = "" if before is not None and before.then == "resubmitted" else ": the run is over"
+            say(f"job {after}, before this one in the run's chain, {how}{over}; nothing to do")
             run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": "skipped", "time": time.time(),
                                       "why": f"job {after} ended the run"})
             return RUN_OVER
+    (run_dir / STOP_REQUEST).unlink(missing_ok=True)  # a request of an earlier allocation is not for this one
+    own_requeue = (read_json(run_dir / REQUEUED) or {}).get("restart") == restart_count()  # at its time limit
     lost = bad_nodes.lost_since_last_start(run_dir, list(hosts), max_failures=max_failures, avoid_hours=avoid_hours) \
-        if restart_count() else None
+        if restart_count() and not own_requeue else None
     if lost is not None:
         return lost
     step = checkpoint_step(run_dir)
+    first = not restart_count() and not after and not os.environ.get(RESUBMITTED)  # submit's own job
     run_jobs.append(run_dir, {"job": job, "event": "started", "restart": restart_count(), "after": after,
-                              "from_step": step, "hosts": list(hosts), "time": time.time()})
+                              "from_step": step, "hosts": list(hosts), "time": time.time(),
+                              **({"submission": True} if first else {})})
     if step is not None:
         say(f"job {job} continues the run from its checkpoint at step {step}")
     if max_chain is None or script is None or run_jobs.chained(run_dir, job):

@@ -24,6 +24,11 @@ from tests.helpers import ROOT, run_cli
 pytestmark = pytest.mark.unit
 
 
+def _avoided() -> Path:
+    """This test's list of avoided nodes (conftest gives each test its own $XDG_STATE_HOME)."""
+    return avoided_nodes.file_for(os.environ, Path.home())
+
+
 def _report(node: int, host: str, *, phase: str = "done", problems: tuple[str, ...] = (),
             versions: dict[str, str] | None = None) -> str:
     facts = {"node": node, "host": host, "phase": phase, "problems": list(problems),
@@ -41,8 +46,9 @@ def test_the_verdict_names_a_node_that_never_answered_or_did_not_finish() -> Non
     verdict = _judge(_report(0, "n1") + "srun: a line of srun's own\n" + _report(1, "n2", phase="local"),
                      ["n1", "n2", "n3"])
     assert [node.fit for node in verdict.nodes] == [True, False, False]
-    assert verdict.unfit["n3"] == "its step of the health gate never answered (within 10 s, or it did not start)"
-    assert "then did not finish within the budget of 10 s" in verdict.unfit["n2"]
+    assert verdict.unfit["n3"] == "its step of the health gate never answered (it did not start, or ended without a " \
+        "word)"
+    assert "then ended before it finished (killed, or past the gate's limit of 90 s)" in verdict.unfit["n2"]
     assert verdict.lines()[0] == "health gate of job 7 (2.5 s): 1 of 3 nodes fit (n1)"
 
 
@@ -125,7 +131,7 @@ def test_the_batch_shell_trains_where_every_node_is_fit_and_refuses_to_exclude_e
     assert _gate(tmp_path, "", ["n1", "n2"]) == 1
     (job,) = run_jobs.jobs(tmp_path)
     assert job.ended == "failed" and job.why.startswith("every node failed the health gate")
-    assert avoided_nodes.current() == [], "no node is blamed for what every node fails"
+    assert avoided_nodes.current(_avoided()) == [], "no node is blamed for what every node fails"
 
 
 def test_past_max_node_failures_the_run_fails_listing_the_nodes_and_why(tmp_path: Path,
@@ -136,23 +142,23 @@ def test_past_max_node_failures_the_run_fails_listing_the_nodes_and_why(tmp_path
                  max_failures=0) == 1
     (job,) = run_jobs.jobs(tmp_path)
     assert job.why == "nodes failed the run 1 times, more than slurm.max_node_failures (0): n2 (0.10 GB free)"
-    (avoided,) = avoided_nodes.current("c")
+    (avoided,) = avoided_nodes.current(_avoided(), "c")
     assert (avoided.node, avoided.why, avoided.run) == ("n2", "failed the health gate: 0.10 GB free", str(tmp_path))
 
 
 def test_avoided_nodes_expire_and_are_cleared(tmp_path: Path) -> None:
     now = time.time()
-    avoided_nodes.avoid("c", {"n2": "why"}, hours=1, run="r", now=now)
-    avoided_nodes.avoid("d", {"n2": "other"}, hours=1, run="r", now=now)
-    assert [(node.cluster, node.node) for node in avoided_nodes.current(now=now)] == [("c", "n2"), ("d", "n2")]
-    assert avoided_nodes.current("c", now=now + 3601) == [], "expired after an hour"
+    avoided_nodes.avoid(_avoided(), "c", {"n2": "why"}, hours=1, run="r", now=now)
+    avoided_nodes.avoid(_avoided(), "d", {"n2": "other"}, hours=1, run="r", now=now)
+    assert [(node.cluster, node.node) for node in avoided_nodes.current(_avoided(), now=now)] == [("c", "n2"), ("d", "n2")]
+    assert avoided_nodes.current(_avoided(), "c", now=now + 3601) == [], "expired after an hour"
     listed = run_cli("nodes", "--cluster", "c")
     assert listed.returncode == 0 and listed.stdout.startswith("n2 on c, avoided until ") and ": why (run r)" in \
         listed.stdout
     wrong = run_cli("nodes", "--clear", "n9")
     assert wrong.returncode == 2 and "--clear n9: not avoided" in wrong.stderr and "Traceback" not in wrong.stderr
     assert run_cli("nodes", "--clear", "n2", "--cluster", "c").stdout.strip() == "forgot n2 on c"
-    assert [node.cluster for node in avoided_nodes.current()] == ["d"]
+    assert [node.cluster for node in avoided_nodes.current(_avoided())] == ["d"]
 
 
 def test_the_batch_script_gates_the_job_and_excludes_the_avoided_nodes_saying_why(write_profile) -> None:  # type: ignore[no-untyped-def]
@@ -190,12 +196,8 @@ def test_a_misspelt_check_is_refused_naming_the_key(write_profile) -> None:  # t
 
 
 def _fake_scontrol(folder: Path, monkeypatch: pytest.MonkeyPatch, oneliner: str) -> None:
-    """``scontrol show node N --oneliner`` answering ``oneliner`` (SLURM's own form), in front of any real one."""
-    folder.mkdir(exist_ok=True)
-    fake = folder / "scontrol"
-    fake.write_text(f"#!/bin/sh\necho '{oneliner}'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    """``scontrol show node N --oneliner`` answering ``oneliner`` (SLURM's own form) for any node."""
+    _fake(folder, monkeypatch, "scontrol", f"echo '{oneliner}'")
 
 
 def test_a_requeued_job_records_the_node_slurm_lost_avoids_it_and_counts_it(tmp_path: Path,
@@ -214,7 +216,7 @@ def test_a_requeued_job_records_the_node_slurm_lost_avoids_it_and_counts_it(tmp_
     assert run_jobs.describe(job) == ("job 9 (from the start), started 2 times, lost n2 (SLURM lists it "
                                       "DOWN+NOT_RESPONDING: Not responding): running, or ended without a word "
                                       "(cancelled or killed)")
-    (avoided,) = avoided_nodes.current("c")
+    (avoided,) = avoided_nodes.current(_avoided(), "c")
     assert avoided.why == "lost during a run: SLURM lists it DOWN+NOT_RESPONDING: Not responding"
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n2", "n3"), max_failures=0) == 1, \
@@ -229,7 +231,7 @@ def test_a_node_slurm_lists_as_up_is_not_lost(tmp_path: Path, monkeypatch: pytes
     slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2"))
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # a preemption, say: the job moved, no node failed
     assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == 0
-    assert run_jobs.jobs(run_dir)[0].lost == {} and avoided_nodes.current() == []
+    assert run_jobs.jobs(run_dir)[0].lost == {} and avoided_nodes.current(_avoided()) == []
 
 
 def test_a_job_slurm_requeued_after_the_run_went_on_elsewhere_exits_at_once(tmp_path: Path,
@@ -253,3 +255,131 @@ def test_the_failure_report_names_the_node_that_was_lost(tmp_path: Path) -> None
     run_jobs.append(tmp_path, {"job": "9", "event": "lost", "unfit": {"n2": "SLURM lists it DOWN"}, "time": 2.0})
     assert "rank 1 on n2 failed first (its node was lost (SLURM lists it DOWN); its processes ended without a word" \
         in failure_message(tmp_path, 1)
+
+
+def test_status_and_the_dashboard_show_the_gates_verdict_and_the_avoided_nodes(tmp_path: Path) -> None:
+    from werkzeug.test import Client
+
+    from launch import pipeline
+    from launch.backends import render_text
+    from launch.ui.run_views import Folders
+    from launch.ui.server import UiApp, allowed_hosts
+
+    run_dir = tmp_path / "runs" / "gated"
+    plan = pipeline.plan(pipeline.Request(profile="slurm-local-2x2", run_dir=str(run_dir), launcher="sbatch"),
+                         for_submit=False)
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "plan.txt").write_text(render_text(plan), encoding="utf-8")
+    (run_dir / "state.json").write_text('{"backend": "sbatch", "job_id": "12", "status": "finished", "exit_code": 0}')
+    reports = node_health.read_reports(io.StringIO(_report(0, "n1") + _report(1, "n2", problems=("0.10 GB free",))))
+    node_health.save(run_dir, node_health.judge(reports, ["n1", "n2"], job="12", budget_s=10, seconds=2.0,
+                                                cluster="c"))
+    avoided_nodes.avoid(_avoided(), "c", {"n2": "failed the health gate: 0.10 GB free"}, hours=2, run=str(run_dir))
+    done = run_cli("status", str(run_dir))
+    status = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert status[1:4] == ["health gate of job 12 (2.0 s): 1 of 2 nodes fit (n1)", "  n2 unfit: 0.10 GB free",
+                           "nodes avoided on this cluster (python -m launch nodes):"], status
+    assert status[4].startswith("  n2 on c, avoided until ") and "(2 h): failed the health gate: 0.10 GB free" in \
+        status[4]
+    client = Client(UiApp(Folders((tmp_path / "runs",)), token="t0ken", hosts=allowed_hosts("127.0.0.1")))
+    page = client.get("/api/run?id=0:gated&token=t0ken", headers={"Host": "127.0.0.1:8"})
+    assert page.status_code == 200 and page.json["report"][:2] == status[1:3], page.json["report"]
+
+
+def _fake(folder: Path, monkeypatch: pytest.MonkeyPatch, name: str, script: str) -> None:
+    """``name`` on PATH, in front of any real one, as the shell ``script``."""
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(f"#!/bin/sh\n{script}\n")
+    (folder / name).chmod(0o755)
+    if str(folder) not in os.environ["PATH"]:
+        monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_the_run_goes_on_in_a_job_submitted_again_without_the_unfit_node(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """sbatch and scancel stand in for SLURM's (the real ones run in tests/cluster/test_health_gate.py): what
+    the batch shell asks of them is recorded."""
+    said = tmp_path / "said"
+    _fake(tmp_path / "bin", monkeypatch, "sbatch", f'echo "sbatch $* resubmitted=$LAUNCH_RESUBMITTED" >> {said}; echo 99')
+    _fake(tmp_path / "bin", monkeypatch, "scancel", f'echo "scancel $*" >> {said}')
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "c")
+    run_jobs.append(tmp_path, {"job": "7", "event": "chained", "next": "8", "time": 1.0})  # on_time_limit: chain
+    reports = node_health.read_reports(io.StringIO(_report(0, "gpu001") + _report(1, "gpu002", problems=("ECC",))))
+    assert bad_nodes.gate(tmp_path, reports, hosts=["gpu001", "gpu002"], budget_s=10, seconds=1.0, max_failures=3,
+                          avoid_hours=24, script="/r/job.sbatch", exclude="gpu[012,045]") == batch_shell.RUN_OVER
+    assert said.read_text().splitlines() == [
+        "sbatch --parsable --exclude=gpu[012,045],gpu002 /r/job.sbatch resubmitted=7",  # the profile's hostlist whole
+        "scancel 8"], "the job chained behind this one cancelled, not the new one"
+    (job,) = run_jobs.jobs(tmp_path)
+    assert (job.ended, job.then, job.next, job.why) == (run_jobs.UNFIT, "resubmitted", "99", "gpu002: ECC")
+    assert run_jobs.successor(tmp_path, "7") == "99"
+    alone = tmp_path / "unchained"
+    alone.mkdir()
+    said.unlink()
+    assert bad_nodes.gate(alone, reports, hosts=["gpu001", "gpu002"], budget_s=10, seconds=1.0, max_failures=3,
+                          avoid_hours=24, script="/r/job.sbatch", exclude="") == batch_shell.RUN_OVER
+    assert said.read_text().splitlines() == ["sbatch --parsable --exclude=gpu002 /r/job.sbatch resubmitted=7"], \
+        "nothing is cancelled where no job was chained: above all not the new one"
+
+
+def test_a_single_nodes_problem_is_its_own_and_an_all_reduce_failed_everywhere_is_nobodys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _judge(_report(0, "n1", problems=("0.10 GB free",)), ["n1"])
+    assert alone.unfit == {"n1": "0.10 GB free"}, "one node: its problem is the node's"
+    failed = "the all_reduce over the 2 nodes failed: RuntimeError: Connection reset by peer"
+    shared = _judge(_report(0, "n1", problems=(failed,)) + _report(1, "n2", problems=(failed,)), ["n1", "n2"])
+    assert shared.unfit == {} and shared.shared == (failed,)
+    assert shared.lines()[-1] == f"  on every node: {failed}"
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert _gate(tmp_path, _report(0, "n1", problems=(failed,)) + _report(1, "n2", problems=(failed,)),
+                 ["n1", "n2"]) == 1
+    assert run_jobs.jobs(tmp_path)[0].why.startswith(f"the health gate failed on every node ({failed})")
+    assert avoided_nodes.current(_avoided()) == []
+
+
+def test_only_the_node_slurm_lists_as_down_is_lost_not_a_drained_or_powered_down_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    _fake(tmp_path / "bin", monkeypatch, "scontrol", 'case "$3" in\n'
+          'n2) echo "NodeName=n2 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-12-06T10:00:00]" ;;\n'
+          'n3) echo "NodeName=n3 State=IDLE+DRAIN Reason=maintenance [root@2026-12-06T09:00:00]" ;;\n'
+          '*) echo "NodeName=$3 State=IDLE+CLOUD+POWERED_DOWN Reason=(null)" ;;\nesac')
+    slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2", "n3", "n4"))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n5", "n6", "n7")) == 0
+    assert run_jobs.jobs(run_dir)[0].lost == {"n2": "SLURM lists it DOWN+NOT_RESPONDING: Not responding"}
+
+
+def test_after_its_own_requeue_at_the_time_limit_a_job_looks_for_no_lost_node(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from launch.core.layout import REQUEUED, write_json_atomic
+
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    _fake(tmp_path / "bin", monkeypatch, "scontrol", 'echo "NodeName=$3 State=DOWN Reason=gone"')
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2"))
+    write_json_atomic(run_dir / REQUEUED, {"time": 1.0, "restart": 1, "cause": "its time limit"})
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == 0
+    assert run_jobs.jobs(run_dir)[0].lost == {}
+
+
+def test_only_hardware_xids_count() -> None:
+    log = ("[ 5.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=77, Graphics Exception\n"
+           "[ 6.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=78, Ch 00000008\n"
+           "[ 9.0] NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error\n")
+    assert health_gate.xid_events(log) == ["Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error"]
+
+
+def test_a_head_whose_rendezvous_port_is_taken_says_so() -> None:
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen(1)
+        port = int(taken.getsockname()[1])
+        arrived, problem, _ = health_gate.meet("127.0.0.1", port, node=0, nodes=2, deadline=time.monotonic() + 1)
+    assert arrived == [0] and problem.startswith(f"cannot listen on the rendezvous port {port} (")

@@ -3,6 +3,7 @@ and the nodes' names; and sbatch's refusals as one line."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -33,10 +34,11 @@ if TYPE_CHECKING:
 def avoided_here() -> tuple[avoided_nodes.AvoidedNode, ...]:
     """The nodes avoided on the cluster whose commands are here (``launch nodes``); SLURM is asked its cluster's
     name only where some node is avoided at all."""
-    if not avoided_nodes.current():
+    file = avoided_nodes.file_for(os.environ, Path.home())
+    if not avoided_nodes.current(file):
         return ()
     name = cluster_name()
-    return tuple(avoided_nodes.current(name)) if name else ()
+    return tuple(avoided_nodes.current(file, name)) if name else ()
 
 
 def cluster_name(cluster: Cluster = clusters.HERE) -> str | None:
@@ -146,7 +148,15 @@ class SlurmBackend(Generic[JobT]):
         the caller); then follow the job to its end, unless ``detach``."""
         run_dir = Path(plan.run_dir)
         cluster = self.launcher.where(plan)
-        job_id = self.launcher.submit(plan)
+        try:
+            job_id = self.launcher.submit(plan)
+        except SubmitError as refused:
+            avoid = plan.profile.slurm.avoid if plan.profile.slurm is not None else ()
+            if not avoid or refused.hint:
+                raise
+            raise SubmitError(refused.message, f"launch excluded {', '.join(node.node for node in avoid)}, nodes "
+                                               "earlier jobs found bad; where that leaves too few: python -m launch "
+                                               "nodes --clear") from None
         layout.write_json_atomic(run_dir / layout.STATE, {"backend": self.name, "job_id": job_id,
                                                       "world_size": plan.world_size, "status": "submitted",
                                                       "updated": time.time(), **self.launcher.recorded(plan)})

@@ -17,6 +17,7 @@ SCRIPT = "job.sbatch"  # the batch script, in the run folder
 HAND_ON_CPUS = 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'  # srun (22.05+) no longer inherits --cpus-per-task
 SLURM_BATCH = "launch.runtime.slurm_batch"  # what the batch shell runs as each job starts and ends
 HEALTH_GATE = "launch.runtime.health_gate"  # each node's step of the health gate
+CONTAINED_CHECKS = ("versions", "all_reduce")  # what the image's python would answer, not the node's: not checked
 _UNSAFE_IN_DIRECTIVES = set(" \t\"'\\%")  # #SBATCH lines are not shell: no quoting, and % is a pattern
 
 
@@ -142,9 +143,10 @@ def health_gate_step(profile: Profile, python: str, run_dir: str) -> list[str]:
     health = profile.health
     if profile.slurm is None or not health.enabled:
         return []
+    checks = [check for check in health.checks if profile.container is None or check not in CONTAINED_CHECKS]
     step = ["timeout", "-k", "5", str(int(3 * health.budget_s) + 60), "srun", f"--nodes={profile.nodes}",
             f"--ntasks={profile.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-            python, "-m", HEALTH_GATE, "--run-dir", run_dir, "--checks", ",".join(health.checks),
+            python, "-m", HEALTH_GATE, "--run-dir", run_dir, "--checks", ",".join(checks),
             "--budget-s", f"{health.budget_s:g}", "--min-free-memory-gb", f"{health.min_free_memory_gb:g}",
             "--min-free-disk-gb", f"{health.min_free_disk_gb:g}", "--device", profile.device,
             *(["--per-node", str(profile.procs_per_node)] if profile.device == "cuda" else []),  # GPUs counted
@@ -155,9 +157,13 @@ def health_gate_step(profile: Profile, python: str, run_dir: str) -> list[str]:
                        *(["--exclude", exclude_list(profile)] if exclude_list(profile) else []))
     return ["# The health gate (health: in the profile): a short step per node before any rank starts. Where a node",
             "# is unfit, the run goes on in a job submitted again without it, and this one ends here.",
+            *([f"# The nodes' own python runs it, outside the image: {' and '.join(CONTAINED_CHECKS)} are left to "
+               "the training"] if profile.container is not None else []),
             f'{shlex.join(step)} | {shlex.join(judge)} --hosts "$hosts"',
             'launch_gate="${PIPESTATUS[1]}"',
-            'case "$launch_gate" in 0) ;; 3) exit 0 ;; *) exit "$launch_gate" ;; esac']
+            'if [ "$launch_gate" != 0 ]; then',
+            *site_shell.after_block(profile),  # as written, not indented: a here-document's end stays whole
+            '  [ "$launch_gate" = 3 ] && exit 0; exit "$launch_gate"', "fi"]
 
 
 def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:
