@@ -175,9 +175,10 @@ def _render(args: argparse.Namespace, train_argv: list[str]) -> int:
         return 0
     if args.max_parallel is not None:
         raise LaunchError("--max-parallel: applies to a sweep", "give --grid KEY=V1,V2 too")
-    from launch.backends import render_text
+    from launch.backends import render_notes, render_text
 
-    print(render_text(pipeline.plan(_request(args, train_argv), for_submit=False)), end="")
+    planned = pipeline.plan(_request(args, train_argv), for_submit=False)
+    print(render_text(planned) + "".join(f"{line}\n" for line in render_notes(planned)), end="")
     return 0
 
 

@@ -154,6 +154,13 @@ class Backend(Protocol[JobT]):
         """Bring what the ranks wrote (logs, stacks) into the run folder here, where their hosts keep their own."""
 
 
+def render_notes(plan: LaunchPlan[Any]) -> list[str]:
+    """What ``render`` says under the plan, of now rather than of the plan (a SLURM backend: the nodes the job
+    will exclude because earlier jobs found them bad); empty where the backend has nothing to say."""
+    notes = getattr(get(plan.job.backend), "notes", None)
+    return list(notes(plan)) if notes is not None else []
+
+
 def render_text(plan: LaunchPlan[Any]) -> str:
     """The plan as ``render`` prints it and its run folder keeps it (plan.txt): its own lines, then its job's."""
     from launch.core.plan_text import plan_lines

@@ -90,27 +90,46 @@ def judge(reports: dict[int, dict[str, Any]], hosts: list[str], *, job: str, bud
         else:
             problems[index] = list(report.get("problems", []))
     others = [index for index in range(1, len(hosts)) if index in reports]
-    unanswered = [index for index in others if any(NO_ANSWER in text for text in problems[index])]
-    if unanswered:
+    reached = [index for index in others if not any(UNREACHED in text for text in problems[index])]
+    unanswered = [index for index in reached if any(NO_ANSWER in text for text in problems[index])]
+    if unanswered and len(unanswered) == len(reached):  # one node's lost answer is its own link's doing
         for index in unanswered:
             problems[index] = [text for text in problems[index] if NO_ANSWER not in text]
         problems[0].append(f"the nodes that reached it got no answer ({len(unanswered)} of {len(others)})")
-    if len(others) >= 2 and all(any(UNREACHED in text for text in problems[index]) for index in others):
+    head_failed = bool(problems[0]) and (0 not in reports or reports[0].get("phase") != "done"
+                                          or any("cannot listen" in text for text in problems[0]))
+    if others and (head_failed or (len(others) >= 2 and len(reached) == 0)):
         for index in others:
             problems[index] = [text for text in problems[index] if UNREACHED not in text]
-        problems[0].append(f"no other node could reach it at the rendezvous port ({len(others)} tried)")
+        if not head_failed:
+            problems[0].append(f"no other node could reach it at the rendezvous port ({len(others)} tried)")
     shared: list[str] = []
     collective = [index for index in problems if any(COLLECTIVE_FAILED in text for text in problems[index])]
-    if len(hosts) > 1 and len(collective) == len(hosts):
-        shared = [next(text for text in problems[0] if COLLECTIVE_FAILED in text)]
-        for index in collective:
-            problems[index] = [text for text in problems[index] if COLLECTIVE_FAILED not in text]
+    if collective and all(_took_part(reports.get(index, {})) for index in collective):
+        absent = [index for index in problems if index not in collective and not _took_part(reports.get(index, {}))]
+        if absent or len(collective) == len(hosts) > 1:  # those that took part failed alike: not their doing
+            shared = [next(text for text in problems[collective[0]] if COLLECTIVE_FAILED in text)]
+            for index in collective:
+                problems[index] = [text for text in problems[index] if COLLECTIVE_FAILED not in text]
+            for index in absent:
+                problems[index].append(f"it did not take part in the all_reduce ({_why_absent(reports.get(index))})")
     problems = _odd_versions(reports, problems)
     nodes = tuple(NodeVerdict(node=index, host=host, fit=not problems[index], problems=tuple(problems[index]),
                               facts={key: value for key, value in reports.get(index, {}).items()
                                      if key not in ("problems", "node", "host", "phase")})
                   for index, host in enumerate(hosts))
     return Verdict(job=job, nodes=nodes, seconds=seconds, cluster=cluster, time=time.time(), shared=tuple(shared))
+
+
+def _took_part(report: dict[str, Any]) -> bool:
+    """Whether the node's step reached the all_reduce (measured it, or failed in it)."""
+    return "all_reduce_ms" in report or any(COLLECTIVE_FAILED in text for text in report.get("problems", []))
+
+
+def _why_absent(report: dict[str, Any] | None) -> str:
+    if report is None or report.get("phase") != "done":
+        return "its step ended before it"
+    return str(report.get("all_reduce") or "it was not measured there")
 
 
 def _odd_versions(reports: dict[int, dict[str, Any]], problems: dict[int, list[str]]) -> dict[int, list[str]]:
@@ -122,8 +141,10 @@ def _odd_versions(reports: dict[int, dict[str, Any]], problems: dict[int, list[s
         if len(counts) < 2:
             continue
         usual, most = counts.most_common(1)[0]
-        if list(counts.values()).count(most) > 1:  # a tie: the head's is the one the job was planned with
-            usual = seen.get(0, usual)
+        if list(counts.values()).count(most) > 1 and seen.get(0, "-") != "-":  # a tie: the head's, where it has one
+            usual = seen[0]
+        if usual == "-":  # missing is never the reference: the nodes that have it are not the odd ones
+            usual = next(version for version, _ in counts.most_common() if version != "-")
         for index, version in seen.items():
             if version != usual:
                 problems[index].append(f"{package} {version} installed here, {usual} on the other nodes")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from launch.core.avoided_nodes import AvoidedNode
 from launch.core.devices import default_dist_backend
 
 Kind = Literal["local", "slurm", "tpu", "ssh"]
@@ -79,8 +78,6 @@ class SlurmSection:
     srun_args: tuple[str, ...] = ()  # srun options for the job's step, as "--name=value" or "--flag"
     extra_sbatch: dict[str, str] = field(default_factory=dict)  # "" for a flag-only option ("overcommit": "")
     login: LoginSection | None = None  # submit through this login host over ssh (else: sbatch is here)
-    # nodes this user's earlier jobs found unfit, read where the job is submitted (launch.core.avoided_nodes)
-    avoid: tuple[AvoidedNode, ...] = field(default=(), metadata={"yaml": False})
 
 
 HealthCheck = Literal["devices", "memory", "disk", "versions", "reach", "all_reduce", "gpu", "dcgm"]

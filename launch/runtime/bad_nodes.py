@@ -60,8 +60,7 @@ def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: st
     """The run's job submitted again, excluding every node the run found bad; this job leaves the run to it."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a dying node's job is ended: the new job is recorded first
     chained = run_jobs.chained(run_dir, job)  # under on_time_limit: chain, queued behind this one: the new one chains
-    bad = sorted(run_jobs.unfit_nodes(run_dir))
-    excluded = ",".join([exclude, *bad] if exclude else bad)  # the job's own list whole: it may be a hostlist
+    excluded = exclusions(run_dir, exclude)
     index = {CHAIN_INDEX: os.environ[CHAIN_INDEX]} if CHAIN_INDEX in os.environ else {}
     successor = sbatch_again(script, [f"--exclude={excluded}"], {**index, RESUBMITTED: job},
                              "the run's job was not submitted again without the unfit nodes", "the run stops here")
@@ -74,6 +73,19 @@ def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: st
         cancel_successor(run_dir, job, chained)
     say(f"the run goes on in job {successor}, without {excluded} (sbatch --exclude)")
     return RUN_OVER
+
+
+def exclusions(run_dir: Path, own: str) -> str:
+    """sbatch's --exclude for the run's next job: the profile's own (``own``, whole: it may be a hostlist), the
+    nodes the run found bad since it was submitted, and those this user's jobs avoid on the cluster now."""
+    avoided = []
+    try:
+        avoided = [node.node for node in avoided_nodes.current(avoided_nodes.file_for(os.environ, Path.home()),
+                                                               os.environ.get("SLURM_CLUSTER_NAME", ""))]
+    except OSError:
+        pass
+    bad = sorted({*run_jobs.unfit_nodes(run_dir), *avoided})
+    return ",".join([own, *bad] if own else bad)
 
 
 def _count(run_dir: Path, job: str, bad: dict[str, str], *, cluster: str, avoid_hours: float,

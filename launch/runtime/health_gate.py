@@ -34,6 +34,7 @@ from typing import Any
 from launch.core.machine import DISTRIBUTION, installed_version
 from launch.core.node_health import COLLECTIVE_FAILED, LINE, NO_ANSWER, UNREACHED
 
+XID_WINDOW_S = 24 * 3600.0  # an Xid older than this says nothing of the GPU now
 HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 136, 140})  # the driver's: the GPU is at fault
 SMI_FIELDS = ("index", "ecc.errors.uncorrected.volatile.total", "retired_pages.pending", "remapped_rows.pending",
               "clocks_throttle_reasons.hw_slowdown")
@@ -76,19 +77,30 @@ def gpu_problems(smi_csv: str) -> list[str]:
     return problems
 
 
-def xid_events(kernel_log: str) -> list[str]:
-    """The GPU driver's Xid errors in the kernel's log since boot that say the hardware is at fault, one line
-    each (NVIDIA's list: ECC, fallen off the bus, NVLink, row remapping...). Others (13, 31, 43, 45: an earlier
-    user's process crashed or was killed) say nothing of the node."""
+def xid_events(kernel_log: str, *, uptime_s: float | None = None, within_s: float = XID_WINDOW_S) -> list[str]:
+    """The GPU driver's Xid errors in the kernel's log that say the hardware is at fault, one line each (NVIDIA's
+    list: ECC, fallen off the bus, NVLink, row remapping...), of the last ``within_s`` where the machine's
+    ``uptime_s`` dates them (dmesg stamps lines with seconds since boot): an old one, after which the GPU was
+    reset, says nothing of the node now. Others (13, 31, 43, 45: an earlier user's process crashed or was
+    killed) never count."""
     found = []
     for line in kernel_log.splitlines():
         if "NVRM: Xid" not in line:
             continue
         said = line.split("NVRM:", 1)[1].strip()
         number = re.search(r"\):\s*(\d+)", said)
-        if number is not None and int(number[1]) in HARDWARE_XIDS:
+        stamp = re.match(r"\[\s*(\d+(?:\.\d+)?)\]", line)
+        old = uptime_s is not None and stamp is not None and uptime_s - float(stamp[1]) > within_s
+        if number is not None and int(number[1]) in HARDWARE_XIDS and not old:
             found.append(said)
     return found
+
+
+def uptime_s() -> float | None:
+    try:
+        return float(open("/proc/uptime", encoding="ascii").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str] | None:
@@ -111,7 +123,7 @@ def gpu_facts(budget_s: float) -> tuple[dict[str, Any], list[str]]:
         problems += gpu_problems(queried.stdout)
     kernel = _run(["dmesg"], budget_s)
     if kernel is not None and kernel.returncode == 0:
-        problems += [f"the GPU driver logged {event}" for event in xid_events(kernel.stdout)[-3:]]
+        problems += [f"the GPU driver logged {event}" for event in xid_events(kernel.stdout, uptime_s=uptime_s())[-3:]]
     else:
         facts["xid"] = "the kernel's log is not readable without root here"
     return facts, problems
@@ -178,6 +190,8 @@ def meet(head: str, port: int, *, node: int, nodes: int, deadline: float,
             return _serve(port, nodes, deadline, ready), "", 0.0
         except OSError as error:  # the port is taken here: the training's rendezvous could not listen either
             return [0], f"cannot listen on the rendezvous port {port} ({error.strerror or error})", None
+    budget = max(0.0, deadline - time.monotonic())
+    deadline += budget  # the head may start listening up to a budget later (its own checks took longer)
     last = ""
     while time.monotonic() < deadline:
         begun = time.perf_counter()
@@ -313,17 +327,21 @@ def main(argv: list[str] | None = None) -> int:
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     head, port = os.environ.get("MASTER_ADDR", ""), int(os.environ.get("MASTER_PORT", 0))
     checks = set(args.checks.split(","))
-    facts, problems = local_checks(args)
-    say(node=node, host=host, phase="local", problems=problems, **facts)
-    deadline = time.monotonic() + args.budget_s  # for the meeting: a node's own slow checks are not a link's fault
-    arrived: list[int] = list(range(nodes))
     meets = nodes > 1 and bool(head) and bool(port)
-    collective = None
-    if meets and "all_reduce" in checks:
+    collective, absent = None, ""
+    if meets and "all_reduce" in checks:  # torch's import starts now, beside the node's own checks
         if importlib.util.find_spec("torch") is None:
-            facts["all_reduce"] = "not measured: torch is not importable here"
+            absent = "not measured: torch is not importable here"
         else:
             collective = Collective(head, port, node=node, nodes=nodes, timeout_s=args.budget_s + IMPORT_S)
+    facts, problems = local_checks(args)
+    if absent:
+        facts["all_reduce"] = absent
+    say(node=node, host=host, phase="local", problems=problems, **facts)
+    # for the meeting: a node's own slow checks are not a link's fault; a worker waits a budget more for a head
+    # whose own checks took longer than its own
+    deadline = time.monotonic() + args.budget_s
+    arrived: list[int] = list(range(nodes))
     if meets and checks & {"reach", "all_reduce"}:
         arrived, problem, reach_ms = meet(head, port, node=node, nodes=nodes, deadline=deadline,
                                           ready=collective.open if collective is not None else None)

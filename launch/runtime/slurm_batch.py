@@ -51,7 +51,7 @@ def checkpoint_step(run_dir: Path) -> int | None:
 
 
 def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tuple[str, ...] = (),
-          max_failures: int = 3, avoid_hours: float = 24.0) -> int:
+          max_failures: int = 3, avoid_hours: float = 24.0, exclude: str = "") -> int:
     """Record the job's start (on ``hosts``); after SLURM requeued it, the nodes it lost since it last started
     (``bad_nodes``); chain its successor (``max_chain``: jobs at most, counting the first). 0 to go on, 1 where
     nodes failed the run too often, ``RUN_OVER`` for a job the run no longer goes on in."""
@@ -73,7 +73,8 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tu
                                       "why": f"job {after} ended the run"})
             return RUN_OVER
     (run_dir / STOP_REQUEST).unlink(missing_ok=True)  # a request of an earlier allocation is not for this one
-    own_requeue = (read_json(run_dir / REQUEUED) or {}).get("restart") == restart_count()  # at its time limit
+    requeued = read_json(run_dir / REQUEUED) or {}
+    own_requeue = requeued.get("restart") == restart_count() and requeued.get("job") == job  # at its time limit
     lost = bad_nodes.lost_since_last_start(run_dir, list(hosts), max_failures=max_failures, avoid_hours=avoid_hours) \
         if restart_count() and not own_requeue else None
     if lost is not None:
@@ -91,7 +92,7 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tu
     if index >= max_chain:
         say(f"job {index} of the run's chain, the last slurm.max_chain ({max_chain}) allows: none queued after it")
         return 0
-    successor = _submit_after(job, script, index + 1)
+    successor = _submit_after(job, script, index + 1, bad_nodes.exclusions(run_dir, exclude))
     if successor is not None:
         run_jobs.append(run_dir, {"job": job, "event": "chained", "next": successor, "time": time.time()})
         say(f"job {successor} is queued after this one (afterany): the run goes on in it if this job stops at "
@@ -99,10 +100,12 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tu
     return 0
 
 
-def _submit_after(job: str, script: str, index: int) -> str | None:
-    """The job id of ``script`` submitted to start after ``job`` ends, or None (said) where sbatch refused it."""
-    return sbatch_again(script, [f"--dependency=afterany:{job}"], {CHAIN_AFTER: job, CHAIN_INDEX: str(index)},
-                         "the next job of the chain was not queued", "the run stops at this job's time limit")
+def _submit_after(job: str, script: str, index: int, exclude: str) -> str | None:
+    """The job id of ``script`` submitted to start after ``job`` ends, without the nodes the run found bad (and the
+    profile's ``exclude``), or None (said) where sbatch refused it."""
+    return sbatch_again(script, [f"--dependency=afterany:{job}", *([f"--exclude={exclude}"] if exclude else [])],
+                        {CHAIN_AFTER: job, CHAIN_INDEX: str(index)}, "the next job of the chain was not queued",
+                        "the run stops at this job's time limit")
 
 
 def stop(run_dir: Path, signal_name: str) -> None:
@@ -134,7 +137,7 @@ def end(run_dir: Path, status: int, *, policy: str, max_timeouts: int) -> int:
         if timeouts >= max_timeouts:
             return _stopped(run_dir, record, f"its time limit {timeouts + 1} times; slurm.max_timeouts is "
                                              f"{max_timeouts}")
-        write_json_atomic(run_dir / REQUEUED, {"time": now, "restart": restart_count() + 1,
+        write_json_atomic(run_dir / REQUEUED, {"time": now, "restart": restart_count() + 1, "job": job,
                                                "cause": f"its time limit (the ranks stopped at a checkpoint{at})"})
         refusal = slurm_command("scontrol", "requeue", job)
         if refusal is not None:
@@ -175,12 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=10.0, help="gate: the health gate's budget")
     parser.add_argument("--max-node-failures", type=int, default=3)
     parser.add_argument("--avoid-hours", type=float, default=24.0)
-    parser.add_argument("--exclude", default="", help="gate: the nodes the job excluded as it was submitted")
+    parser.add_argument("--exclude", default="", help="start, gate: the profile's own sbatch --exclude")
     args = parser.parse_args(argv)
     signal.Signals[args.signal]  # noqa: B018 - an unknown name is refused here, not in every rank
     if args.action == "start":
         return start(args.run_dir, max_chain=args.max_chain, script=args.script, hosts=tuple(args.hosts.split()),
-                     max_failures=args.max_node_failures, avoid_hours=args.avoid_hours)
+                     max_failures=args.max_node_failures, avoid_hours=args.avoid_hours, exclude=args.exclude)
     if args.action == "gate":  # each node's lines on standard input, while its step runs
         begun = time.monotonic()
         reports = node_health.read_reports(sys.stdin, echo=sys.stderr)

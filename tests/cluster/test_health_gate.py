@@ -2,7 +2,7 @@
 
 - a node made bad for real (nftables in its network namespace drops its packets to the head's rendezvous port),
   found unfit by the health gate as the job starts, left out, and the run finished on the good nodes; the node
-  named by `status` and avoided by the next submission until `launch nodes --clear` forgets it;
+  named by `status`, excluded by the next submission (SLURM's ExcNodeList) until `launch nodes --clear` forgets it;
 - a node killed mid-training (every process in its namespace, slurmd too): SLURM requeues the job (NODE_FAIL),
   which starts again on the other nodes, records the node as lost and avoids it, and resumes from the last
   checkpoint, repeating the killed job's losses step for step."""
@@ -63,10 +63,18 @@ def test_a_node_that_fails_the_gate_is_left_out_and_avoided_and_the_run_finishes
     listed = run_cli("nodes", env=env)
     assert listed.stdout.startswith(f"{bad} on launchtest, avoided until "), listed.stdout
     render = run_cli("render", "--profile", str(profile), "--launcher", "sbatch", env=env, cwd=tmp_path).stdout
-    assert f"#SBATCH --exclude={bad}\n" in render and f"# launch excludes {bad} on launchtest, avoided until" in render
+    assert render.splitlines()[-1].startswith(f"launch excludes {bad} on launchtest, avoided until "), render
+    again = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir", str(tmp_path / "next"),
+                    "--detach", "--", "--epochs", "1", "--max-steps", "5", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    job = re.search(r"job (\d+) submitted", again.stdout).group(1)  # type: ignore[union-attr]
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **env}).stdout
+    subprocess.run(["scancel", job], capture_output=True, timeout=60, env={**os.environ, **env})
+    assert f"ExcNodeList={bad}" in shown, "the next submission excludes the avoided node"
     assert run_cli("nodes", "--clear", bad, env=env).stdout.strip() == f"forgot {bad} on launchtest"
-    assert "--exclude" not in run_cli("render", "--profile", str(profile), "--launcher", "sbatch", env=env,
-                                      cwd=tmp_path).stdout
+    assert "launch excludes" not in run_cli("render", "--profile", str(profile), "--launcher", "sbatch", env=env,
+                                            cwd=tmp_path).stdout
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of either job is left"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -222,7 +223,7 @@ def test_logs_all_merges_every_ranks_log_in_time_order_with_host_and_rank(tmp_pa
 def test_a_rank_that_leaves_early_is_named_first_with_its_last_collective_not_the_rank_that_noticed(
         tmp_path: Path) -> None:
     """Rank 1's loop runs one step fewer: it ends cleanly (exit status 0) while rank 0 waits in its last
-    all_reduce, which fails with gloo's "Connection closed by peer". The report names rank 1 first, how it
+    all_reduce, which fails with gloo's "Connection closed by peer" (or "reset" on a busy machine). The report names rank 1 first, how it
     ended and after which collective, where rank 0 waited, and that the ranks ran different numbers of steps."""
     import socket
 
@@ -235,5 +236,8 @@ def test_a_rank_that_leaves_early_is_named_first_with_its_last_collective_not_th
     assert f"rank 1 on {host} left first: it finished with exit status 0 after collective 4 (all_reduce) while " \
            "rank 0 waited in collective 5 (all_reduce); the ranks ran different numbers of collectives, so their " \
            f"loops ran different numbers of steps; rank 0 on {host} then failed (RuntimeError: " in last, last
-    assert "Connection closed by peer" in last and last.endswith(f"its log: {run_dir / 'logs' / 'rank-1.log'}")
+    # gloo's words for the peer that went away: "closed" where its socket ended cleanly, "reset" where the kernel
+    # answered for it (a busy machine)
+    assert re.search(r"Connection (closed|reset) by peer", last) and \
+        last.endswith(f"its log: {run_dir / 'logs' / 'rank-1.log'}"), last
     assert f"launch: rank 1 on {host} left first; rank 0 stopped after it." in done.stderr

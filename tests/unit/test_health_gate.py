@@ -30,9 +30,9 @@ def _avoided() -> Path:
 
 
 def _report(node: int, host: str, *, phase: str = "done", problems: tuple[str, ...] = (),
-            versions: dict[str, str] | None = None) -> str:
+            versions: dict[str, str] | None = None, **facts: object) -> str:
     facts = {"node": node, "host": host, "phase": phase, "problems": list(problems),
-             "versions": versions or {"torch": "2.14.1", "launch": "0.1.0"}}
+             "versions": versions or {"torch": "2.14.1", "launch": "0.1.0"}, **facts}
     return f"{node_health.LINE} {json.dumps(facts)}\n"
 
 
@@ -161,24 +161,43 @@ def test_avoided_nodes_expire_and_are_cleared(tmp_path: Path) -> None:
     assert [node.cluster for node in avoided_nodes.current(_avoided())] == ["d"]
 
 
-def test_the_batch_script_gates_the_job_and_excludes_the_avoided_nodes_saying_why(write_profile) -> None:  # type: ignore[no-untyped-def]
+def test_the_batch_script_gates_the_job_and_passes_the_profiles_own_exclusions_whole(write_profile) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
     from launch.backends import load_profile
     from launch.backends.slurm import sbatch_script
 
-    profile = load_profile(str(write_profile("extends: slurm-local-2x2\nslurm:\n  extra_sbatch: {exclude: n7}\n")))
-    avoid = avoided_nodes.AvoidedNode(cluster="c", node="n2", until=time.time() + 3600, why="failed the health gate")
-    profile = replace(profile, slurm=replace(profile.slurm, avoid=(avoid,)))
-    assert sbatch_script.exclude_list(profile) == "n7,n2"
-    options = dict(sbatch_script.sbatch_options(profile, job_name="j", run_dir="/r"))
-    assert options["exclude"] == "n7,n2"
-    assert sbatch_script.avoided_lines(profile)[0].startswith("# launch excludes n2 on c, avoided until ")
+    own = "gpu[012,045]"
+    profile = load_profile(str(write_profile(f"extends: slurm-local-2x2\nslurm:\n  extra_sbatch: {{exclude: '{own}'}}\n")))
+    assert sbatch_script.exclude_list(profile) == own
+    assert dict(sbatch_script.sbatch_options(profile, job_name="j", run_dir="/r"))["exclude"] == own
     step = "\n".join(sbatch_script.health_gate_step(profile, "python", "/r"))
     assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 python -m launch.runtime.health_gate" \
-        in step and "--exclude n7,n2" in step
+        in step and f"--exclude '{own}'" in step
+    assert f"--exclude '{own}'" in sbatch_script.job_start(profile, "python", "/r")[1], "a chained job's too"
     assert sbatch_script.health_gate_step(replace(profile, health=replace(profile.health, enabled=False)), "p", "/r") \
         == []
+
+
+def test_the_avoided_nodes_are_excluded_where_the_job_is_submitted_and_render_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not in the plan (whose text must stay the same for --resume while the list changes by the hour): render
+    says it under the plan, and submit hands sbatch --exclude. sbatch and scontrol stand in for SLURM's."""
+    said = tmp_path / "said"
+    _fake(tmp_path / "bin", monkeypatch, "scontrol", 'echo "ClusterName = c"')
+    _fake(tmp_path / "bin", monkeypatch, "sbatch", f'echo "$*" >> {said}; echo 42')
+    avoided_nodes.avoid(_avoided(), "c", {"n2": "failed the health gate: ECC"}, hours=5, run="r")
+    avoided_nodes.avoid(_avoided(), "other", {"n9": "lost"}, hours=5, run="r")
+    render = run_cli("render", "--profile", "slurm-local-2x2", "--launcher", "sbatch", "--run-dir", "run", cwd=tmp_path)
+    assert render.returncode == 0, render.stderr
+    assert render.stdout.splitlines()[-1].startswith("launch excludes n2 on c, avoided until ")
+    assert "n9" not in render.stdout and "--exclude" not in render.stdout, "another cluster's; not in the plan"
+    done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", "sbatch", "--run-dir", "run", "--detach",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("launch excludes n2 on c, avoided until ") and "job 42 submitted" in done.stdout
+    assert said.read_text() == f"--parsable --exclude=n2 {tmp_path / 'run' / 'job.sbatch'}\n"
+    assert "launch excludes" not in (tmp_path / "run" / "plan.txt").read_text()
 
 
 def test_render_shows_the_gate_and_a_check_has_none(write_profile) -> None:  # type: ignore[no-untyped-def]
@@ -363,7 +382,15 @@ def test_after_its_own_requeue_at_the_time_limit_a_job_looks_for_no_lost_node(tm
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2"))
-    write_json_atomic(run_dir / REQUEUED, {"time": 1.0, "restart": 1, "cause": "its time limit"})
+    write_json_atomic(run_dir / REQUEUED, {"time": 1.0, "restart": 1, "job": "8", "cause": "its time limit"})
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == 0
+    assert run_jobs.jobs(run_dir)[0].lost, "another job's own requeue says nothing of this one's"
+    run_dir = tmp_path / "second"
+    run_dir.mkdir()
+    monkeypatch.delenv("SLURM_RESTART_COUNT")
+    slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2"))
+    write_json_atomic(run_dir / REQUEUED, {"time": 1.0, "restart": 1, "job": "9", "cause": "its time limit"})
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == 0
     assert run_jobs.jobs(run_dir)[0].lost == {}
@@ -383,3 +410,39 @@ def test_a_head_whose_rendezvous_port_is_taken_says_so() -> None:
         port = int(taken.getsockname()[1])
         arrived, problem, _ = health_gate.meet("127.0.0.1", port, node=0, nodes=2, deadline=time.monotonic() + 1)
     assert arrived == [0] and problem.startswith(f"cannot listen on the rendezvous port {port} (")
+
+
+def test_the_head_that_cannot_listen_is_blamed_not_the_node_that_could_not_reach_it() -> None:
+    unreached = "cannot reach the head n1:29500 within the health gate's budget (Connection refused)"
+    verdict = _judge(_report(0, "n1", problems=("cannot listen on the rendezvous port 29500 (Address in use)",)) +
+                     _report(1, "n2", problems=(unreached,)), ["n1", "n2"])
+    assert list(verdict.unfit) == ["n1"]
+
+
+def test_one_node_whose_answer_was_lost_is_blamed_itself_and_every_node_unanswered_blames_the_head() -> None:
+    lost = "reached the head n1:29500, which did not answer (Connection reset by peer)"
+    one = _judge(_report(0, "n1") + _report(1, "n2", problems=(lost,)) + _report(2, "n3"), ["n1", "n2", "n3"])
+    assert one.unfit == {"n2": lost}
+    every = _judge(_report(0, "n1") + _report(1, "n2", problems=(lost,)) + _report(2, "n3", problems=(lost,)),
+                   ["n1", "n2", "n3"])
+    assert every.unfit == {"n1": "the nodes that reached it got no answer (2 of 2)"}
+
+
+def test_a_node_that_kept_out_of_the_all_reduce_is_blamed_not_those_it_failed() -> None:
+    failed = "the all_reduce over the 3 nodes failed: RuntimeError: Timed out waiting"
+    verdict = _judge(_report(0, "n1", problems=(failed,)) + _report(1, "n2", problems=(failed,)) +
+                     _report(2, "n3", all_reduce="not measured: torch is not importable here"), ["n1", "n2", "n3"])
+    assert verdict.unfit == {"n3": "it did not take part in the all_reduce (not measured: torch is not importable "
+                                   "here)"}
+    assert verdict.shared == (failed,)
+
+
+def test_a_missing_torch_is_never_the_version_the_others_are_measured_against() -> None:
+    verdict = _judge(_report(0, "n1", versions={"torch": "-", "launch": "0.1.0"}) + _report(1, "n2"), ["n1", "n2"])
+    assert verdict.unfit == {"n1": "torch - installed here, 2.14.1 on the other nodes"}
+
+
+def test_an_xid_of_long_ago_says_nothing_of_the_gpu_now() -> None:
+    log = "[ 100.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+    assert health_gate.xid_events(log, uptime_s=100.0 + 2 * 24 * 3600) == []
+    assert health_gate.xid_events(log, uptime_s=200.0) == ["Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."]

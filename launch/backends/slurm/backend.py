@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -15,6 +15,7 @@ from launch.backends import JobArrays, State
 from launch.backends.slurm import cluster as clusters
 from launch.backends.slurm.cluster import REMOTE_KEY, Cluster
 from launch.backends.slurm.follow import cancel, current_status, follow
+from launch.backends.slurm.sbatch_script import exclude_list
 from launch.backends.slurm.state import job_state
 from launch.core import avoided_nodes, layout, run_jobs
 from launch.core.machine import NOT_CONFIGURED, SLURM_COMMANDS
@@ -65,7 +66,7 @@ class SlurmLauncher(Generic[JobT]):
     and render a plan's job, and a sweep's job array (it is the backend's ``JobArrays``)."""
 
     build: Callable[[PlanInputs], LaunchPlan[JobT]]
-    submit: Callable[[LaunchPlan[JobT]], str]  # the job id
+    submit: Callable[[LaunchPlan[JobT], str], str]  # the job id; the second: sbatch's --exclude ("": none)
     render: Callable[[LaunchPlan[JobT]], list[str]]
     array: Callable[[Sequence[LaunchPlan[JobT]], str, int], ArrayJob]
     submit_array: Callable[[ArraySweep[JobT, ArrayJob], tuple[int, ...]], dict[int, str]]  # each point's element id
@@ -111,13 +112,17 @@ class SlurmBackend(Generic[JobT]):
         self.arrays: JobArrays[JobT, Any] | None = launcher  # a sweep is one SLURM job array
 
     def build(self, inputs: PlanInputs) -> LaunchPlan[JobT]:
-        """The launcher's plan; where SLURM is here, the nodes this user's earlier jobs found unfit excluded."""
-        slurm = inputs.profile.slurm
-        if slurm is not None and slurm.login is None and not inputs.checking:
-            avoid = avoided_here()
-            if avoid:
-                inputs = replace(inputs, profile=replace(inputs.profile, slurm=replace(slurm, avoid=avoid)))
         return self.launcher.build(inputs)
+
+    def notes(self, plan: LaunchPlan[JobT]) -> list[str]:
+        """What ``render`` says under the plan and ``submit`` before it submits: the nodes this user's earlier
+        jobs found bad, which the job will exclude (not part of the plan: that list changes by the hour)."""
+        return [f"launch excludes {node.said()}" for node in self._avoided(plan)]
+
+    def _avoided(self, plan: LaunchPlan[JobT]) -> tuple[avoided_nodes.AvoidedNode, ...]:
+        slurm = plan.profile.slurm
+        return avoided_here() if slurm is not None and slurm.login is None and self.launcher.where(plan).remote is None \
+            else ()
 
     def render(self, plan: LaunchPlan[JobT]) -> list[str]:
         return self.launcher.render(plan)
@@ -148,10 +153,13 @@ class SlurmBackend(Generic[JobT]):
         the caller); then follow the job to its end, unless ``detach``."""
         run_dir = Path(plan.run_dir)
         cluster = self.launcher.where(plan)
+        avoid = self._avoided(plan)
+        for line in self.notes(plan) if avoid else ():
+            print(line, flush=True)
+        own = [exclude_list(plan.profile)] if exclude_list(plan.profile) and avoid else []
         try:
-            job_id = self.launcher.submit(plan)
+            job_id = self.launcher.submit(plan, ",".join([*own, *(node.node for node in avoid)]))
         except SubmitError as refused:
-            avoid = plan.profile.slurm.avoid if plan.profile.slurm is not None else ()
             if not avoid or refused.hint:
                 raise
             raise SubmitError(refused.message, f"launch excluded {', '.join(node.node for node in avoid)}, nodes "

@@ -35,24 +35,15 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
         ("output", slurm.output or f"{run_dir}/logs/slurm-%j.out"), ("open-mode", "append"),
         *sbatch_allocation(profile),
         ("signal", f"B:{slurm.requeue_signal}@{slurm.signal_delay_s}")]
-    excluded = exclude_list(profile)
-    options += [(name, value or None) for name, value in slurm.extra_sbatch.items() if name != "exclude"]
-    options += [("exclude", excluded)] if excluded else []
+    options += [(name, value or None) for name, value in slurm.extra_sbatch.items()]
     return options
 
 
 def exclude_list(profile: Profile) -> str:
-    """sbatch's --exclude: the profile's own (extra_sbatch), and the nodes this user's earlier jobs found unfit."""
-    slurm = profile.slurm
-    if slurm is None:
-        return ""
-    own = [name for name in slurm.extra_sbatch.get("exclude", "").split(",") if name]
-    return ",".join([*own, *(node.node for node in slurm.avoid if node.node not in own)])
-
-
-def avoided_lines(profile: Profile) -> list[str]:
-    """Why the script excludes nodes the profile does not: one comment line each."""
-    return [f"# launch excludes {node.said()}" for node in (profile.slurm.avoid if profile.slurm is not None else ())]
+    """sbatch's --exclude as the profile says it (``extra_sbatch``), whole: it may be a hostlist (``gpu[01-04]``).
+    The nodes this user's earlier jobs found bad are added where the job is submitted, not here: the plan stays
+    the same while that list changes."""
+    return profile.slurm.extra_sbatch.get("exclude", "") if profile.slurm is not None else ""
 
 
 def directives(options: list[tuple[str, str | None]]) -> list[str]:
@@ -64,8 +55,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
                   gate: bool = True) -> str:
     """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them.
     ``python`` runs the health gate and the node_setup lines on each node (``gate``: where the profile has one)."""
-    lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir)),
-             *avoided_lines(profile)]
+    lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
     port = profile.rendezvous.port
     lines.append("set -euo pipefail")
     lines += site_log_link(profile, run_dir)
@@ -116,7 +106,8 @@ def job_start(profile: Profile, python: str, run_dir: str) -> list[str]:
         if chain and slurm is not None else []
     if slurm is not None:
         options += ["--max-node-failures", str(slurm.max_node_failures), "--avoid-hours",
-                    f"{profile.health.avoid_hours:g}"]
+                    f"{profile.health.avoid_hours:g}", *(["--exclude", exclude_list(profile)] if exclude_list(profile)
+                                                         else [])]
     said = "; the run's next job is queued behind this one (slurm.on_time_limit: chain)" if chain else ""
     return [f"# Each job of the run is recorded as it starts (jobs.jsonl), and the nodes a requeued job lost{said}",
             shlex.join(_batch_job(python, "start", run_dir, *options)) + ' --hosts "$hosts"'

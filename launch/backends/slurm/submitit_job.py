@@ -9,7 +9,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, ClassVar
 
 from launch.backends.slurm.options import submitit_allocation
-from launch.backends.slurm.sbatch_script import env_exports, exclude_list, node_setup_step
+from launch.backends.slurm.sbatch_script import env_exports, node_setup_step
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submission import Submission
 from launch.core import containers, site_shell
@@ -52,12 +52,6 @@ class SubmititJob:
 PREEMPTION_TRAP = "trap 'echo \"launch: SIGTERM: the tasks checkpoint, then end or requeue the job\" >&2' TERM"
 
 
-def _excluded(profile: Profile) -> dict[str, object]:
-    """sbatch's --exclude: the profile's own and the nodes this user's earlier jobs found unfit."""
-    excluded = exclude_list(profile)
-    return {"exclude": excluded} if excluded else {}
-
-
 def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | None = None,
                         teardown: list[str] | None = None,
                         container: list[str] | None = None) -> tuple[tuple[str, object], ...]:
@@ -72,8 +66,8 @@ def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | N
     preempt = [] if not signal else [f"export SUBMITIT_PREEMPT_SIGNAL={slurm.requeue_signal}"]
     optional = {**dict(submitit_allocation(profile)),
                 # submitit writes True as a bare flag ("--overcommit"); "" would be "--overcommit=''"
-                "additional_parameters": {option: value or True for option, value in slurm.extra_sbatch.items()
-                                          if option != "exclude"} | _excluded(profile) | signal or None,
+                "additional_parameters": {option: value or True for option, value in slurm.extra_sbatch.items()}
+                | signal or None,
                 "teardown": teardown or None}
     # One dead task ends the job, instead of the others waiting in the rendezvous until its timeout. The batch
     # script outlives a SIGTERM (preemption sends one to every step): the tasks checkpoint and requeue the job.

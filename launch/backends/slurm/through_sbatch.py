@@ -35,11 +35,14 @@ if TYPE_CHECKING:
     from launch.backends import ArraySweep, Backend
 
 
-def _submit(plan: LaunchPlan[SbatchJob]) -> str:
+def _submit(plan: LaunchPlan[SbatchJob], exclude: str = "") -> str:
+    """The job submitted (``exclude``: sbatch's --exclude, the profile's and the nodes avoided now, on the command
+    line, which sbatch reads over the script's)."""
     job = plan.job
     if job.remote is not None:  # the run folder shipped, checked there and submitted there
         return through_login.ship_and_submit(job.remote, [plan], job.submit_argv)
-    return _sbatch(job.submit_argv, cwd=job.node.cwd, secrets=secrets(job.node.env, plan.profile.secrets))
+    argv = (*job.submit_argv[:-1], f"--exclude={exclude}", job.submit_argv[-1]) if exclude else job.submit_argv
+    return _sbatch(argv, cwd=job.node.cwd, secrets=secrets(job.node.env, plan.profile.secrets))
 
 
 def _sbatch(argv: tuple[str, ...], *, cwd: str, secrets: dict[str, str]) -> str:

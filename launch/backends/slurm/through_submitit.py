@@ -20,7 +20,6 @@ from launch.backends.slurm.backend import (
 )
 from launch.backends.slurm.cluster import Cluster
 from launch.backends.slurm.job_spec import ArrayJob, build_submitit, job_name
-from launch.backends.slurm.sbatch_script import avoided_lines
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submission_of, task_of
 from launch.core.plan import LaunchPlan
@@ -68,11 +67,17 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _submit(plan: LaunchPlan[SubmititJob]) -> str:
+def _submit(plan: LaunchPlan[SubmititJob], exclude: str = "") -> str:
+    """The job submitted (``exclude``: sbatch's --exclude, the profile's and the nodes avoided now)."""
     job = plan.job
     if job.remote is not None:  # the run folder (with its submission) shipped, submitted by the cluster's Python
         return through_login.ship_and_submit(job.remote, [plan], _submit_argv(job.remote))
     submitted = submission_of(job, plan.profile)
+    if exclude:
+        extra = dict(dict(submitted.parameters).get("additional_parameters") or {})  # type: ignore[call-overload]
+        submitted = replace(submitted, parameters=(*((key, value) for key, value in submitted.parameters
+                                                     if key != "additional_parameters"),
+                                                   ("additional_parameters", {**extra, "exclude": exclude})))
     executor = submission.executor(submitted)
     with _submitting(plan):
         return submission.submit(executor, submitted)[0]
@@ -110,7 +115,6 @@ def _render(plan: LaunchPlan[SubmititJob]) -> list[str]:
     out = ["", f"submitit job: {plan.world_size} SLURM tasks, one per training process (folder {job.folder})",
            "  sbatch parameters (submitit.SlurmExecutor):"]
     out += [f"    {key} = {value!r}" for key, value in job.parameters if key not in ("setup", "teardown")]
-    out += [f"  {line.removeprefix('# ')}" for line in avoided_lines(plan.profile)]
     out += _script_lines(job, "setup", "before the tasks")
     out += [f"  then srun starts the tasks: {shlex.join(job.python)} -u -m submitit.core._submit (submitit's own)"]
     out += _script_lines(job, "teardown", "after the tasks")
