@@ -58,7 +58,14 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
 
 def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str) -> int:
     """The run's job submitted again, excluding every node the run found bad; this job leaves the run to it."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a dying node's job is ended: the new job is recorded first
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a dying node's job is ended: the new job recorded first
+    try:
+        return _resubmit(run_dir, job, unfit, script=script, exclude=exclude)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _resubmit(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str) -> int:
     chained = run_jobs.chained(run_dir, job)  # under on_time_limit: chain, queued behind this one: the new one chains
     excluded = exclusions(run_dir, exclude)
     index = {CHAIN_INDEX: os.environ[CHAIN_INDEX]} if CHAIN_INDEX in os.environ else {}
