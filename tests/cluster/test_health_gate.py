@@ -39,12 +39,18 @@ def _dropped_to(node: str, head_address: str) -> Iterator[None]:
         subprocess.run([*table, "delete", "table", "inet", "gatetest"], capture_output=True, timeout=30)
 
 
+def _trio_profile(pair, folder: Path, extra: str = "") -> Path:  # type: ignore[no-untyped-def]
+    """slurm-local-2x2 on the pair and its third node (partition trio2), with ``extra`` (top-level YAML)."""
+    profile = folder / "trio.yaml"
+    profile.write_text(f"extends: slurm-local-2x2\n{extra}slurm:\n  partition: {pair.trio}\n")
+    return profile
+
+
 def test_a_node_that_fails_the_gate_is_left_out_and_avoided_and_the_run_finishes_on_the_others(  # type: ignore[no-untyped-def]
         second_pair, tmp_path: Path) -> None:
     head, bad = second_pair.nodes
     spare = second_pair.third
-    profile = tmp_path / "trio.yaml"
-    profile.write_text(f"extends: slurm-local-2x2\nrendezvous:\n  port: {PORT}\nslurm:\n  partition: {second_pair.trio}\n")
+    profile = _trio_profile(second_pair, tmp_path, f"rendezvous:\n  port: {PORT}\n")
     run_dir, env = tmp_path / "run", second_pair.env
     with _dropped_to(bad, second_pair.address(head)):
         done = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir", str(run_dir), "--",
@@ -88,8 +94,7 @@ def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_o
         second_pair, tmp_path: Path) -> None:
     head, dead = second_pair.nodes
     spare = second_pair.third
-    profile = tmp_path / "trio.yaml"
-    profile.write_text(f"extends: slurm-local-2x2\nslurm:\n  partition: {second_pair.trio}\n")
+    profile = _trio_profile(second_pair, tmp_path)
     run_dir, env = tmp_path / "run", second_pair.env
     said = (tmp_path / "submit.out").open("w+")
     follower = subprocess.Popen(

@@ -42,6 +42,10 @@ def avoided_here() -> tuple[avoided_nodes.AvoidedNode, ...]:
     return tuple(avoided_nodes.current(file, name)) if name else ()
 
 
+def _excludes(avoid: tuple[avoided_nodes.AvoidedNode, ...]) -> list[str]:
+    return [f"launch excludes {node.said()}" for node in avoid]
+
+
 def cluster_name(cluster: Cluster = clusters.HERE) -> str | None:
     """SLURM's ClusterName (scontrol show config), or None where SLURM does not answer."""
     try:
@@ -117,7 +121,7 @@ class SlurmBackend(Generic[JobT]):
     def notes(self, plan: LaunchPlan[JobT]) -> list[str]:
         """What ``render`` says under the plan and ``submit`` before it submits: the nodes this user's earlier
         jobs found bad, which the job will exclude (not part of the plan: that list changes by the hour)."""
-        return [f"launch excludes {node.said()}" for node in self._avoided(plan)]
+        return _excludes(self._avoided(plan))
 
     def _avoided(self, plan: LaunchPlan[JobT]) -> tuple[avoided_nodes.AvoidedNode, ...]:
         slurm = plan.profile.slurm
@@ -154,7 +158,7 @@ class SlurmBackend(Generic[JobT]):
         run_dir = Path(plan.run_dir)
         cluster = self.launcher.where(plan)
         avoid = self._avoided(plan)
-        for line in self.notes(plan) if avoid else ():
+        for line in _excludes(avoid):  # the list read once: asking SLURM its cluster's name costs a command
             print(line, flush=True)
         own = [exclude_list(plan.profile)] if exclude_list(plan.profile) and avoid else []
         try:
