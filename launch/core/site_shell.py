@@ -95,24 +95,32 @@ def after_block(profile: Profile) -> list[str]:
 def wrapped(profile: Profile, argv: str, *, run_dir: str, python: str) -> str:
     """A bash script for one node that runs the profile's shell around ``argv`` (one shell line): set-up,
     node set-up, then ``argv`` as a child that SIGTERM, SIGINT and SIGHUP are passed on to, then ``after``
-    (also when the node set-up failed); it exits with the node set-up's or the child's status."""
+    (also when the node set-up failed); it exits with the node set-up's or the child's status. With ``after``
+    lines, the signals are caught from the first line: one that comes before the child started (during the
+    set-up, say) starts no child, and ``after`` still runs."""
     node_setup = node_setup_argv(profile, python, run_dir)
-    lines = ["exec 3<&0 </dev/null  # standard input (an ssh job: its secrets) is kept for the command alone",
-             *setup_block(profile, run_dir), "set +e"]
+    lines = ["exec 3<&0 </dev/null  # standard input (an ssh job: its secrets) is kept for the command alone"]
     if not profile.after:
+        lines += [*setup_block(profile, run_dir), "set +e"]
         if node_setup:
             lines.append(f'{shlex.join(node_setup)} || exit "$?"')
         return "\n".join([*lines, f"exec {argv} <&3 3<&-"]) + "\n"
-    run = [f"{argv} <&3 3<&- &", "launch_child=$!", "trap 'kill -TERM \"$launch_child\" 2>/dev/null' TERM INT HUP",
-           ('while :; do wait "$launch_child"; launch_status=$?; '
-            '[ "$launch_status" -gt 128 ] && kill -0 "$launch_child" 2>/dev/null || break; done'),
-           "trap - TERM INT HUP"]
-    if node_setup:
-        lines += ["launch_status=0", f"{shlex.join(node_setup)} || launch_status=$?",
-                  'if [ "$launch_status" = 0 ]; then', *run, "fi"]
-    else:
-        lines += run
+    lines += ["launch_child= launch_signal=  # a signal before the child starts: none started, after still runs",
+              *(f"trap 'launch_signal={number}; [ -z \"$launch_child\" ] || kill -TERM \"$launch_child\" 2>/dev/null' "
+                f"{name}" for name, number in _PASSED_ON),
+              *setup_block(profile, run_dir), "set +e", "launch_status=0",
+              *([f"{shlex.join(node_setup)} || launch_status=$?"] if node_setup else []),
+              'if [ "$launch_status" = 0 ] && [ -z "$launch_signal" ]; then',
+              f"  {argv} <&3 3<&- &", "  launch_child=$!",
+              '  [ -z "$launch_signal" ] || kill -TERM "$launch_child" 2>/dev/null  # it came as the child started',
+              ('  while :; do wait "$launch_child"; launch_status=$?; '
+               '[ "$launch_status" -gt 128 ] && kill -0 "$launch_child" 2>/dev/null || break; done'),
+              'elif [ "$launch_status" = 0 ]; then', '  launch_status=$((128 + launch_signal))', "fi",
+              "trap - TERM INT HUP"]
     return "\n".join([*lines, *after_block(profile), 'exit "$launch_status"']) + "\n"
+
+
+_PASSED_ON = (("TERM", 15), ("INT", 2), ("HUP", 1))  # each passed on to the child as SIGTERM
 
 
 _MODULE_NAME = re.compile(r"[A-Za-z0-9_.+][A-Za-z0-9_.+/@:,-]*\Z")

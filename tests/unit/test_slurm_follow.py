@@ -37,11 +37,13 @@ def test_a_requeue_is_not_explained_while_sinfo_fails_and_its_cause_is_kept_once
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     requeued = JobState(state="PENDING", restarts=1, requeues=True, partition="debug2")
-    assert requeue_cause(requeued, "n[3-4]", run_dir) is None, "no cause made up while SLURM does not answer"
+    assert requeue_cause("7", requeued, "n[3-4]", run_dir) is None, "no cause made up while SLURM does not answer"
     answer.write_text("n3|allocated|none\nn4|down*|Not responding\n")
-    assert requeue_cause(requeued, "n[3-4]", run_dir) == "node n4 failed (down*: Not responding)"
+    assert requeue_cause("7", requeued, "n[3-4]", run_dir) == "node n4 failed (down*: Not responding)"
     answer.write_text("n3|idle|none\nn4|idle|none\n")  # the node is back
-    assert requeue_cause(requeued, "n[3-4]", run_dir) == "node n4 failed (down*: Not responding)", \
+    assert requeue_cause("7", requeued, "n[3-4]", run_dir) == "node n4 failed (down*: Not responding)", \
         "the cause found is kept for this restart"
     again = JobState(state="PENDING", restarts=2, requeues=True, partition="debug2")
-    assert requeue_cause(again, "n[3-4]", run_dir) is None, "a later restart with no failed node has no cause"
+    assert requeue_cause("7", again, "n[3-4]", run_dir) is None, "a later restart with no failed node has no cause"
+    assert requeue_cause("9", requeued, "n[3-4]", run_dir) is None, \
+        "the run's next job (submitted again without a bad node) counts its restarts from 0: not job 7's cause"

@@ -35,19 +35,21 @@ UNKNOWN_CAUSE = "requeued by hand (scontrol requeue) or by SLURM"
 CAUSE_WAIT_S = 15.0  # how long `submit` looks for a requeue's cause before it says it does not know one
 
 
-def requeue_cause(state: JobState, nodes: str, run_dir: Path, cluster: Cluster = HERE) -> str | None:
-    """Why SLURM requeued the job: a preemption, what the job said when it requeued itself, or a node that
+def requeue_cause(job_id: str, state: JobState, nodes: str, run_dir: Path, cluster: Cluster = HERE) -> str | None:
+    """Why SLURM requeued job ``job_id``: a preemption, what the job said when it requeued itself, or a node that
     failed (of ``nodes``, where it ran; of its partition when that is not known any more). A cause found is
-    kept in the run folder (a failed node may be back by the next look). None while nothing says why, or
-    SLURM did not answer: ask again, or say ``UNKNOWN_CAUSE``."""
+    kept in the run folder, by job and restart (a failed node may be back by the next look; a run that went on in
+    another job counts that job's restarts from 0 again). None while nothing says why, or SLURM did not answer:
+    ask again, or say ``UNKNOWN_CAUSE``."""
     if state.preempted:
         return "preempted by a job of higher priority"
     found = layout.read_json(run_dir / REQUEUES) or {}
-    if str(state.restarts) in found:
-        return str(found[str(state.restarts)])
+    key = f"{job_id}:{state.restarts}"
+    if key in found:
+        return str(found[key])
     said = layout.read_json(run_dir / REQUEUED) or {}
     cause: str | None = None
-    if said.get("restart") == state.restarts and "cause" in said:
+    if said.get("restart") == state.restarts and said.get("job") == job_id and "cause" in said:
         cause = str(said["cause"])
     else:
         known = nodes and nodes != "(null)"
@@ -55,7 +57,7 @@ def requeue_cause(state: JobState, nodes: str, run_dir: Path, cluster: Cluster =
         if down:
             cause = "; ".join(f"node {name} failed ({why})" for name, why in down)
     if cause is not None and state.restarts:
-        layout.write_json_atomic(run_dir / REQUEUES, {**found, str(state.restarts): cause})
+        layout.write_json_atomic(run_dir / REQUEUES, {**found, key: cause})
     return cause
 
 
@@ -96,7 +98,7 @@ def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) ->
         position = merged_logs.copy_new_output(log, position)  # after the state: a job seen finished has written its log
         if current.restarts > restarts:
             requeue_seen = requeue_seen or time.monotonic()
-            cause = requeue_cause(current, ran_on, run_dir, cluster)
+            cause = requeue_cause(job_id, current, ran_on, run_dir, cluster)
             if cause is None and time.monotonic() - requeue_seen < CAUSE_WAIT_S and not current.finished:
                 time.sleep(cluster.poll_s)  # SLURM did not say why yet (or did not answer): the requeue's line first
                 continue
@@ -234,7 +236,7 @@ def current_status(run_dir: Path, state: State, cluster: Cluster = HERE) -> Stat
         else current.state.lower()
     detail = []
     if current.restarts:
-        cause = requeue_cause(current, current.nodes, run_dir, cluster) or UNKNOWN_CAUSE
+        cause = requeue_cause(job_id, current, current.nodes, run_dir, cluster) or UNKNOWN_CAUSE
         detail.append(f"requeued {current.restarts} time(s), last: {cause}")
     if current.state == "PENDING" and current.reason not in ("", "None"):
         detail.append(f"waiting: {waiting_for(current.reason)}")

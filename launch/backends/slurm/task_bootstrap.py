@@ -25,6 +25,7 @@ from launch.core.layout import REQUEUED, read_json, write_json_atomic
 from launch.core.rendezvous import port_for_job
 from launch.core.shell import with_env
 from launch.runtime import phases, worker
+from launch.runtime.batch_shell import job_id as slurm_job_id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +165,7 @@ def _end_stopped_task(signum: int, requeue: object, *, is_first: bool,
         run_dir = job.info().run_dir
         if run_dir is not None:
             restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1  # the restart this requeue makes
-            write_json_atomic(run_dir / REQUEUED, {"time": time.time(), "restart": restart, "cause": (
+            write_json_atomic(run_dir / REQUEUED, {"time": time.time(), "restart": restart, "job": slurm_job_id(), "cause": (
                 "preempted by a job of higher priority" if preempted else
                 f"requeued itself at SLURM's {signal.Signals(requeue_signal).name.removeprefix('SIG')} warning "
                 "(its time limit near, or a preemption)")})
