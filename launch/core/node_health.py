@@ -39,6 +39,7 @@ class Verdict:
     cluster: str = ""
     time: float = 0.0
     shared: tuple[str, ...] = ()  # what failed on every node and is held against none (the all_reduce)
+    after_failure: int | None = None  # the ranks' exit status, where the gate ran again after they failed
 
     @property
     def unfit(self) -> dict[str, str]:
@@ -50,7 +51,8 @@ class Verdict:
         all_reduce = [node.facts["all_reduce_ms"] for node in self.nodes if "all_reduce_ms" in node.facts]
         timed = f"; all_reduce over the nodes {max(all_reduce):g} ms" if all_reduce else ""
         fit = [node.host for node in self.nodes if node.fit]
-        said = [f"health gate of job {self.job} ({self.seconds:.1f} s): "
+        when = "" if self.after_failure is None else f", run again after its ranks failed ({self.after_failure})"
+        said = [f"health gate of job {self.job}{when} ({self.seconds:.1f} s): "
                 + (f"{len(fit)} of {len(self.nodes)} nodes fit ({', '.join(fit) or 'none'})" + timed)]
         return said + [f"  {host} unfit: {why}" for host, why in self.unfit.items()] + \
             [f"  on every node: {why}" for why in self.shared]
@@ -72,8 +74,13 @@ def read_reports(stream: Iterable[str], echo: TextIO | None = None) -> dict[int,
     return found
 
 
+def gate_limit_s(budget_s: float) -> float:
+    """How long the gate's step may run in all (its ``timeout``), beyond its budget: torch's import, a slow head."""
+    return 3 * budget_s + 60
+
+
 def judge(reports: dict[int, dict[str, Any]], hosts: list[str], *, job: str, budget_s: float, seconds: float,
-          cluster: str = "") -> Verdict:
+          cluster: str = "", after_failure: int | None = None) -> Verdict:
     """Fit and unfit nodes from their reports. A node that never answered, or did not finish, is unfit; where
     no other node reached the head (three nodes or more), or the nodes that reached it got no answer, the head
     is the one to blame; a node whose torch or launch is not the others' is unfit. An all_reduce that failed on
@@ -86,7 +93,7 @@ def judge(reports: dict[int, dict[str, Any]], hosts: list[str], *, job: str, bud
                                "word)"]
         elif report.get("phase") != "done":
             problems[index] = [*report.get("problems", []), "its step checked the node, then ended before it "
-                               f"finished (killed, or past the gate's limit of {3 * budget_s + 60:g} s)"]
+                               f"finished (killed, or past the gate's limit of {gate_limit_s(budget_s):g} s)"]
         else:
             problems[index] = list(report.get("problems", []))
     others = [index for index in range(1, len(hosts)) if index in reports]
@@ -118,7 +125,8 @@ def judge(reports: dict[int, dict[str, Any]], hosts: list[str], *, job: str, bud
                               facts={key: value for key, value in reports.get(index, {}).items()
                                      if key not in ("problems", "node", "host", "phase")})
                   for index, host in enumerate(hosts))
-    return Verdict(job=job, nodes=nodes, seconds=seconds, cluster=cluster, time=time.time(), shared=tuple(shared))
+    return Verdict(job=job, nodes=nodes, seconds=seconds, cluster=cluster, time=time.time(), shared=tuple(shared),
+                   after_failure=after_failure)
 
 
 def _took_part(report: dict[str, Any]) -> bool:
@@ -166,6 +174,7 @@ def load(run_dir: Path) -> Verdict | None:
                       for node in data.get("nodes", []))
         return Verdict(job=str(data["job"]), nodes=nodes, seconds=float(data["seconds"]),
                        cluster=str(data.get("cluster", "")), time=float(data.get("time", 0.0)),
-                       shared=tuple(data.get("shared", ())))
+                       shared=tuple(data.get("shared", ())),
+                       after_failure=data.get("after_failure") if isinstance(data.get("after_failure"), int) else None)
     except (KeyError, TypeError, ValueError):
         return None

@@ -14,7 +14,9 @@ from typing import Any
 JOBS = "jobs.jsonl"
 TIME_LIMIT = "time limit"  # how a job ended whose ranks stopped at a checkpoint before its time limit
 UNFIT = "unfit nodes"  # how a job ended whose health gate found nodes unfit (then: resubmitted without them)
+FAILED_ON_UNFIT = "failed on unfit nodes"  # its ranks failed, and the gate run again found nodes unfit (then: resubmitted)
 GOES_ON = ("chained", "resubmitted")  # after these, the run goes on in the job named ``next``
+RECHECKING = "rechecking"  # after its ranks failed, the job runs its health gate again, until ``until`` at most
 BAD_NODE_EVENTS = ("gate", "lost")  # lines naming nodes found bad (``unfit``: host -> why): its gate, a node lost
 
 
@@ -77,9 +79,9 @@ def jobs(run_dir: Path) -> list[Job]:
 
 def successor(run_dir: Path, job_id: str) -> str | None:
     """The job the run goes on in after ``job_id``: chained after it, once it stopped at its time limit, or
-    submitted again without the nodes its health gate found unfit."""
+    submitted again without the nodes its health gate found unfit (as it started, or after its ranks failed)."""
     for job in jobs(run_dir):
-        if job.job == job_id and job.ended in (TIME_LIMIT, UNFIT) and job.then in GOES_ON:
+        if job.job == job_id and job.ended in (TIME_LIMIT, UNFIT, FAILED_ON_UNFIT) and job.then in GOES_ON:
             return job.next
     return None
 
@@ -100,6 +102,12 @@ def unfit_nodes(run_dir: Path) -> dict[str, str]:
     return found
 
 
+def rechecking(run_dir: Path, job_id: str, now: float) -> bool:
+    """Whether ``job_id`` is running its health gate again after its ranks failed (its ranks ended, it has not)."""
+    last: dict[str, Any] = next((record for record in reversed(records(run_dir)) if record["job"] == job_id), {})
+    return last.get("event") == RECHECKING and now < float(last.get("until") or 0)
+
+
 def chained(run_dir: Path, job_id: str) -> str | None:
     """The job queued after ``job_id`` (whether or not the run goes on in it)."""
     return next((job.next for job in jobs(run_dir) if job.job == job_id), None)
@@ -118,6 +126,9 @@ def describe(job: Job) -> str:
         end = f"stopped{at} before its time limit, {then}" + (f" ({job.why})" if job.why else "")
     elif job.ended == UNFIT:
         end = f"its health gate found nodes unfit ({job.why}); submitted again without them as job {job.next}"
+    elif job.ended == FAILED_ON_UNFIT:
+        end = (f"its ranks failed, and its health gate, run again, found nodes unfit ({job.why}); submitted again "
+               f"without them as job {job.next}")
     else:
         end = job.ended + (f" ({job.why})" if job.why else "")
     return f"job {job.job}{start}{restarts}: {end}"

@@ -26,20 +26,25 @@ from launch.runtime.batch_shell import (
 
 
 def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[str], budget_s: float, seconds: float,
-         max_failures: int, avoid_hours: float, script: str, exclude: str) -> int:
+         max_failures: int, avoid_hours: float, script: str, exclude: str, after_failure: int | None = None) -> int:
     """Judge the health gate (each node's report); 0 to train here, ``RUN_OVER`` where the run goes on in a job
     submitted again without the unfit nodes (``exclude``: the job's own --exclude, kept as written), 1 where it
-    cannot go on."""
+    cannot go on. ``after_failure``: the ranks' exit status, where the gate ran again after they failed (a node
+    whose links broke mid-run, say); then 0 leaves the failure to the job's end, as the code's own."""
     job = job_id()
     verdict = node_health.judge(reports, hosts, job=job, budget_s=budget_s, seconds=seconds,
-                                cluster=os.environ.get("SLURM_CLUSTER_NAME", ""))
+                                cluster=os.environ.get("SLURM_CLUSTER_NAME", ""), after_failure=after_failure)
     node_health.save(run_dir, verdict)
     unfit = verdict.unfit
     everyone = len(hosts) > 1 and len(unfit) == len(hosts)  # then no node is to blame more than the others
     run_jobs.append(run_dir, {"job": job, "event": "gate", "unfit": {} if everyone else unfit,
-                              "seconds": round(seconds, 3), "time": time.time(), **({"every": unfit} if everyone else {})})
+                              "seconds": round(seconds, 3), "time": time.time(), **({"every": unfit} if everyone else {}),
+                              **({"after_failure": after_failure} if after_failure is not None else {})})
     for line in verdict.lines():
         say(line.strip())
+    if after_failure is not None and (everyone or not unfit):
+        say("no node is to blame more than the others: the ranks' failure stands as it is")
+        return 0
     if everyone:
         return failed(run_dir, job, "every node failed the health gate: the cause is more likely the profile, the "
                                     "environment or the network than the nodes; nothing is excluded")
@@ -53,19 +58,21 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
                      cluster=verdict.cluster, avoid_hours=avoid_hours, max_failures=max_failures)
     if refused is not None:
         return refused
-    return _go_on_without(run_dir, job, unfit, script=script, exclude=exclude)
+    return _go_on_without(run_dir, job, unfit, script=script, exclude=exclude,
+                          ended=run_jobs.UNFIT if after_failure is None else run_jobs.FAILED_ON_UNFIT)
 
 
-def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str) -> int:
-    """The run's job submitted again, excluding every node the run found bad; this job leaves the run to it."""
+def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str, ended: str) -> int:
+    """The run's job submitted again, excluding every node the run found bad; this job leaves the run to it
+    (``ended``: how, in jobs.jsonl)."""
     before = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a dying node's job is ended: the new job recorded first
     try:
-        return _resubmit(run_dir, job, unfit, script=script, exclude=exclude)
+        return _resubmit(run_dir, job, unfit, script=script, exclude=exclude, ended=ended)
     finally:
         signal.signal(signal.SIGTERM, before)
 
 
-def _resubmit(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str) -> int:
+def _resubmit(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str, ended: str) -> int:
     chained = run_jobs.chained(run_dir, job)  # under on_time_limit: chain, queued behind this one: the new one chains
     excluded = exclusions(run_dir, exclude)
     index = {CHAIN_INDEX: os.environ[CHAIN_INDEX]} if CHAIN_INDEX in os.environ else {}
@@ -73,7 +80,7 @@ def _resubmit(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, ex
                              "the run's job was not submitted again without the unfit nodes", "the run stops here")
     if successor is None:
         return failed(run_dir, job, f"the unfit nodes ({', '.join(unfit)}) could not be left out: sbatch refused")
-    run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": run_jobs.UNFIT, "then": "resubmitted",
+    run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": ended, "then": "resubmitted",
                               "next": successor, "time": time.time(),
                               "why": "; ".join(f"{host}: {why}" for host, why in unfit.items())})
     if chained is not None:

@@ -7,7 +7,9 @@ first node:
   run has ended exits at once (status ``RUN_OVER``, which the shell turns into 0).
 - ``gate``: the health gate's verdict, from each node's step (its lines on standard input): where a node is unfit,
   it is avoided (this run, and this user's next jobs on the cluster) and the run goes on in a job submitted again
-  with ``--exclude`` (status ``RUN_OVER``), up to ``slurm.max_node_failures`` times.
+  with ``--exclude`` (status ``RUN_OVER``), up to ``slurm.max_node_failures`` times. With ``--after-failure``,
+  the gate ran again after the ranks failed: a node it finds unfit (its links broke mid-run, say) is left out
+  the same way; where it finds none, the failure stands (status 0: ``end`` records it).
 - ``stop``: SLURM's signal, ``slurm.signal_delay_s`` before the time limit, reached the shell: every rank is asked
   to checkpoint and stop (``stop.json``, which each rank's watch passes on to its code as that signal).
 - ``end``: how the step ended, recorded; after a stop at the time limit the job requeues itself, leaves the run
@@ -179,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-node-failures", type=int, default=3)
     parser.add_argument("--avoid-hours", type=float, default=24.0)
     parser.add_argument("--exclude", default="", help="start, gate: the profile's own sbatch --exclude")
+    parser.add_argument("--after-failure", type=int, help="gate: the ranks' exit status, where it ran again after them")
     args = parser.parse_args(argv)
     signal.Signals[args.signal]  # noqa: B018 - an unknown name is refused here, not in every rank
     if args.action == "start":
@@ -186,10 +189,14 @@ def main(argv: list[str] | None = None) -> int:
                      max_failures=args.max_node_failures, avoid_hours=args.avoid_hours, exclude=args.exclude)
     if args.action == "gate":  # each node's lines on standard input, while its step runs
         begun = time.monotonic()
+        if args.after_failure is not None:  # the ranks have ended, the job has not: `submit` must not end it now
+            run_jobs.append(args.run_dir, {"job": job_id(), "event": run_jobs.RECHECKING, "time": time.time(),
+                                           "until": time.time() + node_health.gate_limit_s(args.budget_s) + 10})
         reports = node_health.read_reports(sys.stdin, echo=sys.stderr)
         return bad_nodes.gate(args.run_dir, reports, hosts=args.hosts.split(), budget_s=args.budget_s,
                     seconds=time.monotonic() - begun, max_failures=args.max_node_failures,
-                    avoid_hours=args.avoid_hours, script=args.script or "", exclude=args.exclude)
+                    avoid_hours=args.avoid_hours, script=args.script or "", exclude=args.exclude,
+                    after_failure=args.after_failure)
     if args.action == "stop":
         stop(args.run_dir, args.signal)
         return 0

@@ -5,7 +5,10 @@
   named by `status`, excluded by the next submission (SLURM's ExcNodeList) until `launch nodes --clear` forgets it;
 - a node killed mid-training (every process in its namespace, slurmd too): SLURM requeues the job (NODE_FAIL),
   which starts again on the other nodes, records the node as lost and avoids it, and resumes from the last
-  checkpoint, repeating the killed job's losses step for step."""
+  checkpoint, repeating the killed job's losses step for step;
+- a node whose links to the head break mid-training while SLURM still reaches it (nftables lets only SLURM's own
+  ports through): the collectives time out, the gate run again after the failure finds the node unfit, and the
+  run goes on from its checkpoint in a job submitted again without it."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from pathlib import Path
 from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, wait_for_run
 
 PORT = 29577  # the profile's fixed rendezvous port, so a rule can name it
+SLURM_PORTS = "{ 16818, 61000-61999 }"  # slurmd's and srun's (tests/slurm/cluster.sh): SLURM's traffic passes
 
 
 @contextmanager
@@ -37,6 +41,22 @@ def _dropped_to(node: str, head_address: str) -> Iterator[None]:
         yield
     finally:
         subprocess.run([*table, "delete", "table", "inet", "gatetest"], capture_output=True, timeout=30)
+
+
+@contextmanager
+def _links_cut(node: str, head_address: str) -> Iterator[None]:
+    """Every packet of ``node``'s to the head dropped but SLURM's own (a broken fabric, the management network
+    up): its ranks' links die, SLURM still hears from the node, and srun still learns how its tasks ended."""
+    table = ["ip", "netns", "exec", f"launchsl-{node}", "nft"]
+    for rule in (["add", "table", "inet", "cuttest"],
+                 ["add", "chain", "inet", "cuttest", "out", "{ type filter hook output priority 0; }"],
+                 ["add", "rule", "inet", "cuttest", "out", "ip", "daddr", head_address, "tcp", "dport", "!=",
+                  SLURM_PORTS, "tcp", "sport", "!=", SLURM_PORTS, "drop"]):
+        subprocess.run([*table, *rule], check=True, capture_output=True, timeout=30)
+    try:
+        yield
+    finally:
+        subprocess.run([*table, "delete", "table", "inet", "cuttest"], capture_output=True, timeout=30)
 
 
 def _trio_profile(pair, folder: Path, extra: str = "") -> Path:  # type: ignore[no-untyped-def]
@@ -90,18 +110,17 @@ def _losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(row["step"], row["loss"]) for row in rows if row["kind"] == "train"]
 
 
-def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_others(  # type: ignore[no-untyped-def]
-        second_pair, tmp_path: Path) -> None:
-    head, dead = second_pair.nodes
-    spare = second_pair.third
-    profile = _trio_profile(second_pair, tmp_path)
-    run_dir, env = tmp_path / "run", second_pair.env
+def _training(pair, tmp_path: Path, extra: str = ""):  # type: ignore[no-untyped-def]
+    """`submit` of a 200-step run on the trio (a checkpoint every 50 steps), followed into a file; the run folder,
+    the process, the file, and a wait until the run is past its checkpoint at step 50."""
+    profile = _trio_profile(pair, tmp_path, extra)
+    run_dir = tmp_path / "run"
     said = (tmp_path / "submit.out").open("w+")
     follower = subprocess.Popen(
         [sys.executable, "-m", "launch", "submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir",
          str(run_dir), "--", "--batch-size", "16", "--log-every", "5", "--checkpoint-every", "50", "--max-steps",
          "200"], cwd=ROOT, stdout=said, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+        env={**os.environ, **pair.env, "PYTHONPATH": str(ROOT)})
 
     def past_a_checkpoint() -> bool:  # well past the checkpoint at step 50 (written whole), well before the next
         logged = _losses(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
@@ -109,8 +128,31 @@ def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_o
         return bool(logged) and 60 <= logged[-1][0] <= 80 and latest.is_file() and \
             json.loads(latest.read_text()).get("step") == 50
 
+    return run_dir, follower, said, lambda: wait_for_run(past_a_checkpoint, run_dir, 180, every_s=0.1)
+
+
+def _resumed_exactly(run_dir: Path, before: list[tuple[int, float]]) -> None:
+    """The run finished its 200 steps on 4 ranks from its checkpoint at step 50, and the steps it trained again
+    have the losses the first job logged, step for step."""
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["steps"] == 200 and result["world_size"] == 4
+    resumed = result["resumed_from_step"]
+    assert resumed == 50, "from its last checkpoint"
+    again = dict(_losses(run_dir)[len(before):])
+    overlap = [(step, loss) for step, loss in before if step > resumed and step in again]
+    assert overlap, "the first job logged steps past its last checkpoint that the resumed run trained again"
+    for step, loss in overlap:  # the same batches, the same weights: the loss continues where it was
+        assert abs(again[step] - loss) <= 1e-4 * max(1.0, abs(loss)), (step, loss, again[step])
+
+
+def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_others(  # type: ignore[no-untyped-def]
+        second_pair, tmp_path: Path) -> None:
+    head, dead = second_pair.nodes
+    spare = second_pair.third
+    env = second_pair.env
+    run_dir, follower, said, past_a_checkpoint = _training(second_pair, tmp_path)
     try:
-        assert wait_for_run(past_a_checkpoint, run_dir, 180, every_s=0.1)
+        assert past_a_checkpoint()
         before = _losses(run_dir)
         for pid in subprocess.run(["ip", "netns", "pids", f"launchsl-{dead}"], capture_output=True, text=True,
                                   timeout=30).stdout.split():
@@ -127,17 +169,37 @@ def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_o
     assert follower.returncode == 0, out[-3000:]
     assert re.search(rf"requeued \(node {dead} failed", out), out
     assert re.search(rf"running on n\[{head[1:]},{spare[1:]}\]", out), out
-    result = json.loads((run_dir / "result.json").read_text())
-    assert result["steps"] == 200 and result["world_size"] == 4
-    resumed = result["resumed_from_step"]
-    assert resumed == 50, "from its last checkpoint"
-    again = dict(_losses(run_dir)[len(before):])
-    overlap = [(step, loss) for step, loss in before if step > resumed and step in again]
-    assert overlap, "the killed job logged steps past its last checkpoint that the resumed run trained again"
-    for step, loss in overlap:  # the same batches, the same weights: the loss continues where it was
-        assert abs(again[step] - loss) <= 1e-4 * max(1.0, abs(loss)), (step, loss, again[step])
+    _resumed_exactly(run_dir, before)
     status = run_cli("status", str(run_dir), env=env).stdout
     assert re.search(rf"started 2 times, lost {dead} \(SLURM lists it \S*DOWN", status), status
     assert run_cli("nodes", env=env).stdout.startswith(f"{dead} on launchtest, avoided until "), \
         "the lost node is avoided by the next jobs"
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of the job is left"
+
+
+def test_a_node_whose_links_break_mid_training_is_found_after_the_failure_and_the_run_goes_on_without_it(  # type: ignore[no-untyped-def]
+        second_pair, tmp_path: Path) -> None:
+    head, cut = second_pair.nodes
+    spare = second_pair.third
+    env = second_pair.env
+    run_dir, follower, said, past_a_checkpoint = _training(
+        second_pair, tmp_path, f"rendezvous:\n  port: {PORT}\n  timeout_s: 20\n")  # the collectives' timeout
+    try:
+        assert past_a_checkpoint()
+        before = _losses(run_dir)
+        with _links_cut(cut, second_pair.address(head)):
+            assert wait_for_run(lambda: follower.poll() is not None, run_dir, 300)
+    finally:
+        follower.kill()
+    said.seek(0)
+    out = said.read()
+    assert follower.returncode == 0, out[-3000:]
+    assert re.search(rf"job \d+: its ranks failed, and its health gate, run again, found nodes unfit \({cut}: cannot "
+                     rf"reach the head {head}:{PORT} within the health gate's budget", out), out
+    assert re.search(rf"running on n\[{head[1:]},{spare[1:]}\]", out), out
+    _resumed_exactly(run_dir, before)
+    status = run_cli("status", str(run_dir), env=env).stdout
+    assert re.search(rf"its ranks failed, and its health gate, run again, found nodes unfit \({cut}: ", status), status
+    assert run_cli("nodes", env=env).stdout.startswith(f"{cut} on launchtest, avoided until "), \
+        "the node is avoided by the next jobs"
+    assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of either job is left"

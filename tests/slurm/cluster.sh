@@ -42,6 +42,8 @@ TRIO2=n3,n4,n5                 # partition trio2: the second pair and a third no
 CPUS_PER_NODE=2
 PORT_CTLD=16817                # not SLURM's default ports: never confused with a real cluster's daemons
 PORT_SLURMD=16818
+SRUN_PORTS=61000-61999         # srun's own ports, outside the kernel's ephemeral range: a test that cuts a node's
+                               # links off (nftables) lets SLURM's traffic through by its ports
 # Pid files live in one fixed place, not in STATE: a run killed before its `stop` (its STATE perhaps deleted
 # since) leaves daemons the next `start` must find and end. Only one test cluster runs on a machine anyway.
 PIDS=/run/$PREFIX
@@ -110,6 +112,7 @@ SlurmctldHost=$(hostname -s)($CTL_ADDR)
 MailProg=/bin/true
 SlurmctldPort=$PORT_CTLD
 SlurmdPort=$PORT_SLURMD
+SrunPortRange=$SRUN_PORTS
 AuthType=auth/munge
 AuthInfo=socket=$STATE/munge/munge.socket.2,cred_expire=10
 CredType=cred/munge

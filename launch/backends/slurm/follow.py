@@ -167,6 +167,8 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     notes = [note for note in run_folder.rank_notes(run_dir) if note.get("time", 0.0) >= current.started - 1]
     if len(notes) < world or any(note.get("status") == "running" for note in notes):
         return None
+    if run_jobs.rechecking(run_dir, job_id, time.time()):  # its batch shell looks for a node gone bad
+        return None
     if time.time() - max(note.get("time", 0.0) for note in notes) < ENDED_GRACE_S:
         return None
     finished = all(note.get("status") == "finished" for note in notes)
@@ -194,6 +196,8 @@ def _why_it_goes_on(run_dir: Path, job_id: str) -> str:
     job = next((known for known in run_jobs.jobs(run_dir) if known.job == job_id), None)
     if job is not None and job.ended == run_jobs.UNFIT:
         return f"its health gate found nodes unfit ({job.why}): they are excluded"
+    if job is not None and job.ended == run_jobs.FAILED_ON_UNFIT:
+        return f"its ranks failed, and its health gate, run again, found nodes unfit ({job.why}): they are excluded"
     return "stopped at a checkpoint before its time limit (slurm.on_time_limit: chain)"
 
 

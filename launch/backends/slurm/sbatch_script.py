@@ -6,8 +6,9 @@ import shlex
 from pathlib import PurePosixPath
 
 from launch.backends.slurm.options import sbatch_allocation
-from launch.core import containers, shell, site_shell
+from launch.core import containers, node_health, shell, site_shell
 from launch.core.commands import NodeCommand
+from launch.core.layout import STOP_REQUEST
 from launch.core.profile import Profile
 from launch.core.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.core.secrets import looks_secret
@@ -88,7 +89,8 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
               "  launch_step=$!",
               '  while kill -0 "$launch_step" 2>/dev/null; do wait "$launch_step"; done  # a trap ends a wait early',
               '  wait "$launch_step"; launch_status=$?',
-              "fi", *site_shell.after_block(profile)]
+              "fi", *health_recheck_step(profile, python, run_dir), *site_shell.after_block(profile),
+              *recheck_verdict(profile)]
     lines += job_end(profile, python, run_dir)
     return "\n".join(lines) + "\n"
 
@@ -131,30 +133,63 @@ def health_gate_step(profile: Profile, python: str, run_dir: str) -> list[str]:
     """The health gate (the profile's ``health:``): a short step per node before any rank starts, whose lines the
     batch shell judges (``slurm_batch gate``); where nodes are unfit, the run goes on in a job submitted again
     without them, and this one ends here. Empty where the profile turns it off."""
+    gate = _gate_pipeline(profile, python, run_dir)
+    if not gate:
+        return []
+    return ["# The health gate (health: in the profile): a short step per node before any rank starts. Where a node",
+            "# is unfit, the run goes on in a job submitted again without it, and this one ends here.",
+            *([f"# The nodes' own python runs it, outside the image: {' and '.join(CONTAINED_CHECKS)} are left to "
+               "the training"] if profile.container is not None else []),
+            gate, 'launch_gate="${PIPESTATUS[1]}"',
+            'if [ "$launch_gate" != 0 ]; then',
+            *site_shell.after_block(profile),  # as written, not indented: a here-document's end stays whole
+            '  [ "$launch_gate" = 3 ] && exit 0; exit "$launch_gate"', "fi"]
+
+
+def health_recheck_step(profile: Profile, python: str, run_dir: str) -> list[str]:
+    """After the ranks failed (not at a stop the time limit asked for, nor at a SIGTERM): the health gate again, to tell a node gone
+    bad mid-run (its links broken while SLURM still reaches it) from the code's own failure. Where a node is unfit,
+    the run goes on without it, as after the first gate; else the failure stands. Sets ``launch_recheck``."""
+    gate = _gate_pipeline(profile, python, run_dir, "--after-failure", "$launch_status")
+    if not gate:
+        return []
+    return ["# The ranks failed: the health gate again. A node it finds unfit is left out and the run goes on from its",
+            "# checkpoint without it; where every node is fit, the failure is the run's own.",
+            "launch_recheck=0",
+            # not after a stop asked for at the time limit, nor after a SIGTERM (a cancel, a preemption)
+            f'if [ "$launch_status" != 0 ] && [ "$launch_status" != 143 ] && '
+            f'[ ! -e {shlex.quote(str(PurePosixPath(run_dir, STOP_REQUEST)))} ]; then',
+            f"  {gate}", '  launch_recheck="${PIPESTATUS[1]}"', "fi"]
+
+
+def recheck_verdict(profile: Profile) -> list[str]:
+    """The batch shell's exit after the check that followed a failure (``health_recheck_step``), once ``after``
+    ran: the run going on in another job (3) ends this one cleanly."""
+    if profile.slurm is None or not profile.health.enabled:
+        return []
+    return ['[ "$launch_recheck" = 3 ] && exit 0; [ "$launch_recheck" = 0 ] || exit "$launch_recheck"']
+
+
+def _gate_pipeline(profile: Profile, python: str, run_dir: str, *judged: str) -> str:
+    """One step per node of the health gate, piped to its judge (with ``judged`` options, a ``$name`` among them
+    expanded by the batch shell); empty where the profile turns the gate off."""
     health = profile.health
     if profile.slurm is None or not health.enabled:
-        return []
+        return ""
     checks = [check for check in health.checks if profile.container is None or check not in CONTAINED_CHECKS]
-    step = ["timeout", "-k", "5", str(int(3 * health.budget_s) + 60), "srun", f"--nodes={profile.nodes}",
+    step = ["timeout", "-k", "5", str(int(node_health.gate_limit_s(health.budget_s))), "srun", f"--nodes={profile.nodes}",
             f"--ntasks={profile.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
             python, "-m", HEALTH_GATE, "--run-dir", run_dir, "--checks", ",".join(checks),
             "--budget-s", f"{health.budget_s:g}", "--min-free-memory-gb", f"{health.min_free_memory_gb:g}",
             "--min-free-disk-gb", f"{health.min_free_disk_gb:g}", "--device", profile.device,
             *(["--per-node", str(profile.procs_per_node)] if profile.device == "cuda" else []),  # GPUs counted
             "--backend", profile.dist_backend]
+    exclude = exclude_list(profile)
     judge = _batch_job(python, "gate", run_dir, "--budget-s", f"{health.budget_s:g}", "--max-node-failures",
                        str(profile.slurm.max_node_failures), "--avoid-hours", f"{health.avoid_hours:g}",
-                       "--script", str(PurePosixPath(run_dir, SCRIPT)),
-                       *(["--exclude", exclude_list(profile)] if exclude_list(profile) else []))
-    return ["# The health gate (health: in the profile): a short step per node before any rank starts. Where a node",
-            "# is unfit, the run goes on in a job submitted again without it, and this one ends here.",
-            *([f"# The nodes' own python runs it, outside the image: {' and '.join(CONTAINED_CHECKS)} are left to "
-               "the training"] if profile.container is not None else []),
-            f'{shlex.join(step)} | {shlex.join(judge)} --hosts "$hosts"',
-            'launch_gate="${PIPESTATUS[1]}"',
-            'if [ "$launch_gate" != 0 ]; then',
-            *site_shell.after_block(profile),  # as written, not indented: a here-document's end stays whole
-            '  [ "$launch_gate" = 3 ] && exit 0; exit "$launch_gate"', "fi"]
+                       "--script", str(PurePosixPath(run_dir, SCRIPT)), *(["--exclude", exclude] if exclude else []))
+    expanded = " ".join(f'"{word}"' if word.startswith("$") else shlex.quote(word) for word in judged)
+    return f'{shlex.join(step)} | {shlex.join(judge)} --hosts "$hosts"' + (f' {expanded}' if expanded else "")
 
 
 def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:
