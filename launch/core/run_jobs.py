@@ -15,6 +15,7 @@ JOBS = "jobs.jsonl"
 TIME_LIMIT = "time limit"  # how a job ended whose ranks stopped at a checkpoint before its time limit
 UNFIT = "unfit nodes"  # how a job ended whose health gate found nodes unfit (then: resubmitted without them)
 FAILED_ON_UNFIT = "failed on unfit nodes"  # its ranks failed, and the gate run again found nodes unfit (then: resubmitted)
+NODE_FAILED = "node failure"  # SLURM ended it (NODE_FAIL) without a requeue; then: chained, the next took over
 GOES_ON = ("chained", "resubmitted")  # after these, the run goes on in the job named ``next``
 RECHECKING = "rechecking"  # after its ranks failed, the job runs its health gate again, until ``until`` at most
 BAD_NODE_EVENTS = ("gate", "lost")  # lines naming nodes found bad (``unfit``: host -> why): its gate, a node lost
@@ -81,7 +82,7 @@ def successor(run_dir: Path, job_id: str) -> str | None:
     """The job the run goes on in after ``job_id``: chained after it, once it stopped at its time limit, or
     submitted again without the nodes its health gate found unfit (as it started, or after its ranks failed)."""
     for job in jobs(run_dir):
-        if job.job == job_id and job.ended in (TIME_LIMIT, UNFIT, FAILED_ON_UNFIT) and job.then in GOES_ON:
+        if job.job == job_id and job.ended in (TIME_LIMIT, UNFIT, FAILED_ON_UNFIT, NODE_FAILED) and job.then in GOES_ON:
             return job.next
     return None
 
@@ -126,6 +127,8 @@ def describe(job: Job) -> str:
         end = f"stopped{at} before its time limit, {then}" + (f" ({job.why})" if job.why else "")
     elif job.ended == UNFIT:
         end = f"its health gate found nodes unfit ({job.why}); submitted again without them as job {job.next}"
+    elif job.ended == NODE_FAILED:
+        end = f"ended at a node failure (NODE_FAIL), not requeued; job {job.next}, chained after it, took the run over"
     elif job.ended == FAILED_ON_UNFIT:
         end = (f"its ranks failed, and its health gate, run again, found nodes unfit ({job.why}); submitted again "
                f"without them as job {job.next}")

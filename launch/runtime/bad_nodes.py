@@ -120,24 +120,38 @@ def _count(run_dir: Path, job: str, bad: dict[str, str], *, cluster: str, avoid_
                                 f"({max_failures}): {named}")
 
 
-def lost_since_last_start(run_dir: Path, hosts: list[str], *, max_failures: int, avoid_hours: float) -> int | None:
-    """Where SLURM requeued this job: the nodes of its last allocation that SLURM now lists as down or failing
-    (the node lost: NODE_FAIL), recorded, avoided and counted; 1 where that makes too many, else None."""
+def lost_since_last_start(run_dir: Path, hosts: list[str], *, max_failures: int, avoid_hours: float,
+                          of_job: str | None = None) -> int | None:
+    """Where SLURM requeued this job (or ended ``of_job``, the job before it in a chain, at a node failure): the
+    nodes of that job's last allocation that SLURM now lists as down or failing (the node lost: NODE_FAIL),
+    recorded, avoided and counted; 1 where that makes too many, else None."""
     job = job_id()
     before = next((record for record in reversed(run_jobs.records(run_dir))
-                   if record.get("job") == job and record.get("event") == "started"), None)
+                   if record.get("job") == (of_job or job) and record.get("event") == "started"), None)
     if before is None:
         return None
     lost = {host: why for host in before.get("hosts") or [] if host not in hosts
             and (why := node_down(str(host))) is not None}
     if not lost:
         return None
-    run_jobs.append(run_dir, {"job": job, "event": "lost", "unfit": lost, "time": time.time()})
+    run_jobs.append(run_dir, {"job": of_job or job, "event": "lost", "unfit": lost, "time": time.time()})
     for host, why in lost.items():
-        say(f"{host}, a node of this job's last start, was lost ({why}): the run goes on from its checkpoint "
-            f"without it, on {', '.join(hosts)}")
+        say(f"{host}, a node of {f'job {of_job}' if of_job else 'this job'}'s last start, was lost ({why}): the run "
+            f"goes on from its checkpoint without it, on {', '.join(hosts)}")
     return _count(run_dir, job, {host: f"lost during a run: {why}" for host, why in lost.items()},
                   cluster=os.environ.get("SLURM_CLUSTER_NAME", ""), avoid_hours=avoid_hours, max_failures=max_failures)
+
+
+def ended_by_node_failure(job: str) -> bool:
+    """Whether SLURM ended ``job`` at a node failure (NODE_FAIL) without requeueing it (a site or job without
+    requeue); False where SLURM does not say (it forgot the job: MinJobAge)."""
+    try:
+        done = subprocess.run(["scontrol", "show", "job", job, "--oneliner"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    fields = dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
+    return done.returncode == 0 and fields.get("JobState") == "NODE_FAIL"
 
 
 LOST_STATES = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING"})  # not DRAIN (planned), nor POWERED_DOWN

@@ -4,7 +4,8 @@ first node:
 - ``start``: the job recorded in the run's ``jobs.jsonl`` (its hosts, the checkpoint it continues from); after
   SLURM requeued it, the nodes of its last start that SLURM lists as down are recorded as lost and avoided. Under
   ``slurm.on_time_limit: chain``, its successor is queued now (``--dependency=afterany``); a successor whose
-  run has ended exits at once (status ``RUN_OVER``, which the shell turns into 0).
+  run has ended exits at once (status ``RUN_OVER``, which the shell turns into 0), and one whose predecessor
+  SLURM ended at a node failure without requeueing it takes the run over, without the lost nodes.
 - ``gate``: the health gate's verdict, from each node's step (its lines on standard input): where a node is unfit,
   it is avoided (this run, and this user's next jobs on the cluster) and the run goes on in a job submitted again
   with ``--exclude`` (status ``RUN_OVER``), up to ``slurm.max_node_failures`` times. With ``--after-failure``,
@@ -65,7 +66,16 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tu
         return RUN_OVER
     if after:
         before = next((known for known in run_jobs.jobs(run_dir) if known.job == after), None)
-        if before is None or before.ended != run_jobs.TIME_LIMIT or before.then != "chained":
+        if before is not None and before.ended is None and bad_nodes.ended_by_node_failure(after):
+            lost = bad_nodes.lost_since_last_start(run_dir, list(hosts), max_failures=max_failures,
+                                                   avoid_hours=avoid_hours, of_job=after)
+            if lost is not None:
+                return lost
+            run_jobs.append(run_dir, {"job": after, "event": "ended", "ended": run_jobs.NODE_FAILED, "then": "chained",
+                                      "next": job, "time": time.time()})
+            say(f"job {after}, before this one in the run's chain, ended at a node failure (NODE_FAIL, not requeued): "
+                "this job takes the run over")
+        elif before is None or before.ended != run_jobs.TIME_LIMIT or before.then != "chained":
             how = "ended without a word (cancelled, or killed)" if before is None or before.ended is None \
                 else f"left the run to job {before.next}" if before.then == "resubmitted" \
                 else f"ended ({before.ended})"

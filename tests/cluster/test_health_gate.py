@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, wait_for_run
 
 PORT = 29577  # the profile's fixed rendezvous port, so a rule can name it
@@ -59,10 +61,11 @@ def _links_cut(node: str, head_address: str) -> Iterator[None]:
         subprocess.run([*table, "delete", "table", "inet", "cuttest"], capture_output=True, timeout=30)
 
 
-def _trio_profile(pair, folder: Path, extra: str = "") -> Path:  # type: ignore[no-untyped-def]
-    """slurm-local-2x2 on the pair and its third node (partition trio2), with ``extra`` (top-level YAML)."""
+def _trio_profile(pair, folder: Path, extra: str = "", slurm: str = "") -> Path:  # type: ignore[no-untyped-def]
+    """slurm-local-2x2 on the pair and its third node (partition trio2), with ``extra`` (top-level YAML) and
+    ``slurm`` (lines of the slurm section)."""
     profile = folder / "trio.yaml"
-    profile.write_text(f"extends: slurm-local-2x2\n{extra}slurm:\n  partition: {pair.trio}\n")
+    profile.write_text(f"extends: slurm-local-2x2\n{extra}slurm:\n  partition: {pair.trio}\n{slurm}")
     return profile
 
 
@@ -110,10 +113,10 @@ def _losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(row["step"], row["loss"]) for row in rows if row["kind"] == "train"]
 
 
-def _training(pair, tmp_path: Path, extra: str = ""):  # type: ignore[no-untyped-def]
+def _training(pair, tmp_path: Path, extra: str = "", slurm: str = ""):  # type: ignore[no-untyped-def]
     """`submit` of a 200-step run on the trio (a checkpoint every 50 steps), followed into a file; the run folder,
     the process, the file, and a wait until the run is past its checkpoint at step 50."""
-    profile = _trio_profile(pair, tmp_path, extra)
+    profile = _trio_profile(pair, tmp_path, extra, slurm)
     run_dir = tmp_path / "run"
     said = (tmp_path / "submit.out").open("w+")
     follower = subprocess.Popen(
@@ -145,21 +148,30 @@ def _resumed_exactly(run_dir: Path, before: list[tuple[int, float]]) -> None:
         assert abs(again[step] - loss) <= 1e-4 * max(1.0, abs(loss)), (step, loss, again[step])
 
 
+def _kill_node(node: str) -> None:
+    """The node dies: every process in its namespace (its slurmd, its job's processes), all at once."""
+    for pid in subprocess.run(["ip", "netns", "pids", f"launchsl-{node}"], capture_output=True, text=True,
+                              timeout=30).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("site", ["requeue", "chain"])
 def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_others(  # type: ignore[no-untyped-def]
-        second_pair, tmp_path: Path) -> None:
+        second_pair, tmp_path: Path, site: str) -> None:
+    """requeue: SLURM requeues the job (NODE_FAIL), which starts again without the node. chain: a site without
+    requeue (--no-requeue, slurm.on_time_limit: chain): the job chained after the failed one takes the run over."""
     head, dead = second_pair.nodes
     spare = second_pair.third
     env = second_pair.env
-    run_dir, follower, said, past_a_checkpoint = _training(second_pair, tmp_path)
+    chain = "  on_time_limit: chain\n  extra_sbatch: {no-requeue: ''}\n" if site == "chain" else ""
+    run_dir, follower, said, past_a_checkpoint = _training(second_pair, tmp_path, slurm=chain)
     try:
         assert past_a_checkpoint()
         before = _losses(run_dir)
-        for pid in subprocess.run(["ip", "netns", "pids", f"launchsl-{dead}"], capture_output=True, text=True,
-                                  timeout=30).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)  # the node dies: its slurmd, its job's processes, all at once
-            except ProcessLookupError:
-                pass
+        _kill_node(dead)
         assert wait_for_run(lambda: follower.poll() is not None, run_dir, 300)
     finally:
         follower.kill()
@@ -167,11 +179,20 @@ def test_a_node_killed_mid_training_is_lost_avoided_and_the_run_resumes_on_the_o
     said.seek(0)
     out = said.read()
     assert follower.returncode == 0, out[-3000:]
-    assert re.search(rf"requeued \(node {dead} failed", out), out
+    if site == "requeue":
+        assert re.search(rf"requeued \(node {dead} failed", out), out
+    else:
+        assert re.search(r"job (\d+): a node failed \(NODE_FAIL\) and SLURM does not requeue the job; the run goes "
+                         r"on in job (\d+)", out), out
     assert re.search(rf"running on n\[{head[1:]},{spare[1:]}\]", out), out
     _resumed_exactly(run_dir, before)
     status = run_cli("status", str(run_dir), env=env).stdout
-    assert re.search(rf"started 2 times, lost {dead} \(SLURM lists it \S*DOWN", status), status
+    if site == "requeue":
+        assert re.search(rf"started 2 times, lost {dead} \(SLURM lists it \S*DOWN", status), status
+    else:
+        assert re.search(rf"job \d+ \(from the start\), lost {dead} \(SLURM lists it \S*DOWN\S*: [^)]*\): ended at "
+                         r"a node failure \(NODE_FAIL\), not requeued; job \d+, chained after it, took the run over",
+                         status), status
     assert run_cli("nodes", env=env).stdout.startswith(f"{dead} on launchtest, avoided until "), \
         "the lost node is avoided by the next jobs"
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of the job is left"

@@ -242,6 +242,37 @@ def test_a_requeued_job_records_the_node_slurm_lost_avoids_it_and_counts_it(tmp_
         "n1, lost too: more than max_node_failures"
 
 
+def test_where_slurm_does_not_requeue_the_job_chained_after_a_node_failure_takes_the_run_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-requeue and on_time_limit: chain: SLURM ended job 9 at a node failure (its batch shell killed without a
+    word); job 10, chained after it, records the lost node, avoids it and goes on, where a job that was cancelled
+    leaves the run over. scontrol stands in for SLURM's (a NODE_FAIL on the real cluster: tests/cluster)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "c")
+    _fake(tmp_path / "bin", monkeypatch, "scontrol", 'case "$*" in\n'
+          '  "show job 9"*) echo "JobId=9 JobState=$STATE_OF_9 Requeue=0 NodeList=n[1-2]" ;;\n'
+          '  "show node"*) echo "NodeName=n2 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026]" ;;\nesac')
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n2"))
+    run_jobs.append(run_dir, {"job": "9", "event": "chained", "next": "10", "time": 1.0})
+    monkeypatch.setenv("SLURM_JOB_ID", "10")
+    monkeypatch.setenv(batch_shell.CHAIN_AFTER, "9")
+    monkeypatch.setenv("STATE_OF_9", "CANCELLED")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == batch_shell.RUN_OVER, \
+        "a cancel ends the run"
+    monkeypatch.setenv("STATE_OF_9", "NODE_FAIL")
+    (run_dir / run_jobs.JOBS).write_text("\n".join((run_dir / run_jobs.JOBS).read_text().splitlines()[:2]) + "\n")
+    assert slurm_batch.start(run_dir, max_chain=None, script=None, hosts=("n1", "n3")) == 0
+    first, second = run_jobs.jobs(run_dir)
+    assert run_jobs.describe(first) == ("job 9 (from the start), lost n2 (SLURM lists it DOWN+NOT_RESPONDING: Not "
+                                        "responding): ended at a node failure (NODE_FAIL), not requeued; job 10, "
+                                        "chained after it, took the run over")
+    assert second.starts == 1 and second.ended is None and run_jobs.successor(run_dir, "9") == "10"
+    (avoided,) = avoided_nodes.current(_avoided(), "c")
+    assert avoided.node == "n2" and avoided.why.startswith("lost during a run: SLURM lists it DOWN")
+
+
 def test_a_node_slurm_lists_as_up_is_not_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -118,7 +118,8 @@ def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) ->
         if current.finished:
             successor = _goes_on_in(run_dir, job_id, current, backend)
             if successor is not None:
-                print(f"job {job_id}: {_why_it_goes_on(run_dir, job_id)}; the run goes on in job {successor}", flush=True)
+                print(f"job {job_id}: {_why_it_goes_on(run_dir, job_id, current)}; the run goes on in job {successor}",
+                      flush=True)
                 job_id, restarts, ran_on, last = successor, 0, "", ("", "")
                 continue
             _record(run_dir, job_id, current, backend)
@@ -183,8 +184,11 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
 
 
 def _goes_on_in(run_dir: Path, job_id: str, state: JobState, backend: str) -> str | None:
-    """The job the run goes on in after ``job_id`` ended, chained at its time limit; the run's record follows it."""
-    successor = run_jobs.successor(run_dir, job_id) if state.state == "COMPLETED" else None
+    """The job the run goes on in after ``job_id`` ended: chained at its time limit, submitted again without bad
+    nodes, or chained after a job SLURM ended at a node failure without a requeue (which takes the run over as it
+    starts); the run's record follows it."""
+    successor = run_jobs.successor(run_dir, job_id) if state.state == "COMPLETED" \
+        else run_jobs.chained(run_dir, job_id) if state.state == "NODE_FAIL" else None
     if successor is not None:
         recorded = layout.read_json(run_dir / layout.STATE) or {}
         layout.write_json_atomic(run_dir / layout.STATE, {**recorded, "backend": backend, "job_id": successor,
@@ -192,7 +196,9 @@ def _goes_on_in(run_dir: Path, job_id: str, state: JobState, backend: str) -> st
     return successor
 
 
-def _why_it_goes_on(run_dir: Path, job_id: str) -> str:
+def _why_it_goes_on(run_dir: Path, job_id: str, state: JobState) -> str:
+    if state.state == "NODE_FAIL":
+        return "a node failed (NODE_FAIL) and SLURM does not requeue the job"
     job = next((known for known in run_jobs.jobs(run_dir) if known.job == job_id), None)
     if job is not None and job.ended == run_jobs.UNFIT:
         return f"its health gate found nodes unfit ({job.why}): they are excluded"
