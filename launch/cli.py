@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     nodes = commands.add_parser("nodes", help="the nodes your SLURM jobs avoid (a health gate found them unfit)")
     nodes.add_argument("--clear", nargs="*", metavar="NODE", help="forget these nodes (none named: all of them)")
     nodes.add_argument("--cluster", help="only this SLURM cluster's (its ClusterName)")
+    nodes.add_argument("--profile", help="a profile whose cluster is behind a login host: the list kept there")
     ui = commands.add_parser("ui", help="a web page of the runs and sweeps under FOLDERs, live while they run")
     ui.add_argument("folders", nargs="*", metavar="FOLDER", help="where the run folders are (default ./runs)")
     ui.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
@@ -240,7 +241,8 @@ def _from_sbatch(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _nodes(args: argparse.Namespace, _: list[str]) -> int:
-    return _said(follow_up.nodes_text(clear=None if args.clear is None else tuple(args.clear), cluster=args.cluster))
+    return _said(follow_up.nodes_text(clear=None if args.clear is None else tuple(args.clear), cluster=args.cluster,
+                                      profile=args.profile))
 
 
 def _said(text: str) -> int:

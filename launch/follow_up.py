@@ -4,14 +4,13 @@ through the record in its folder."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from launch import backends
-from launch.core import avoided_nodes, layout, node_health, run_jobs
+from launch.core import layout, node_health, run_jobs
 from launch.core.layout import METRICS
 from launch.core.output_file import write_new
-from launch.errors import LaunchError
+from launch.errors import LaunchError, SubmitError
 from launch.runs import outcome
 from launch.sweeps import sweep_plan as sweep
 
@@ -57,33 +56,35 @@ def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:
 
 
 def health_lines(run_dir: Path) -> list[str]:
-    """The run's last health gate, a line per unfit node, and the nodes this user's jobs avoid on its cluster."""
+    """The run's last health gate, a line per unfit node, and the nodes this user's jobs avoid on its cluster (read
+    there, where the run is behind a login host)."""
     verdict = node_health.load(run_dir)
     if verdict is None:
         return []
-    avoided = avoided_nodes.current(avoided_file(), verdict.cluster) if verdict.cluster else []
-    return [*verdict.lines(), *(["nodes avoided on this cluster (python -m launch nodes):"] if avoided else []),
-            *(f"  {node.said()}" for node in avoided)]
+    from launch.backends.slurm import avoided, cluster
+
+    try:
+        found = avoided.listed(cluster.of(layout.read_json(run_dir / layout.STATE) or {}), verdict.cluster) \
+            if verdict.cluster else []
+    except SubmitError:  # the login host does not answer now: the gate's own lines still say the most
+        found = []
+    return [*verdict.lines(), *(["nodes avoided on this cluster (python -m launch nodes):"] if found else []),
+            *(f"  {node.said()}" for node in found)]
 
 
-def avoided_file() -> Path:
-    """This user's list of the nodes their SLURM jobs avoid (``launch.core.avoided_nodes``)."""
-    return avoided_nodes.file_for(os.environ, Path.home())
-
-
-def nodes_text(*, clear: tuple[str, ...] | None, cluster: str | None) -> str:
+def nodes_text(*, clear: tuple[str, ...] | None, cluster: str | None, profile: str | None = None) -> str:
     """``launch nodes``: the nodes this user's next SLURM jobs avoid, until when and why; or those named in
-    ``clear`` (all, where it names none) forgotten."""
+    ``clear`` (all, where it names none) forgotten. With a ``profile`` whose cluster is behind a login host: the
+    list there, where its jobs keep it."""
+    from launch.backends.slurm import avoided
+
+    there, python = avoided.kept_for(backends.load_profile(profile) if profile is not None else None)
     where = f" on {cluster}" if cluster else ""
     if clear is not None:
-        gone = avoided_nodes.clear(avoided_file(), clear, cluster)
-        missing = sorted(set(clear) - {node.node for node in gone})
-        if missing:
-            raise LaunchError(f"--clear {' '.join(missing)}: not avoided{where}", "python -m launch nodes lists them")
-        return "\n".join(f"forgot {node.node} on {node.cluster}" for node in gone) or f"no node was avoided{where}"
-    found = avoided_nodes.current(avoided_file(), cluster)
-    return "\n".join(node.said() for node in found) if found else \
-        f"no node is avoided{where} ({avoided_file()})"
+        return "\n".join(avoided.clear(there, clear, cluster, python)) or f"no node was avoided{where}"
+    found = avoided.listed(there, cluster)
+    kept = f"on {there.remote.login.host}" if there.remote is not None else str(avoided.here_file())
+    return "\n".join(node.said() for node in found) if found else f"no node is avoided{where} ({kept})"
 
 
 def stacks_text(run_dir: Path, *, wait_s: float) -> tuple[str, bool]:

@@ -7,6 +7,7 @@ and read where the next job is submitted, which excludes them (``sbatch --exclud
 from __future__ import annotations
 
 import fcntl
+import json
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -44,8 +45,12 @@ def file_for(environ: Mapping[str, str], home: Path) -> Path:
 
 
 def _all(file: Path) -> list[AvoidedNode]:
+    return _entries(read_json(file) or {})
+
+
+def _entries(data: object) -> list[AvoidedNode]:
     found = []
-    for entry in (read_json(file) or {}).get("nodes", []):
+    for entry in data.get("nodes", []) if isinstance(data, dict) else []:
         try:
             found.append(AvoidedNode(cluster=str(entry["cluster"]), node=str(entry["node"]),
                                      until=float(entry["until"]), why=str(entry.get("why", "")),
@@ -70,8 +75,22 @@ def _changing(file: Path) -> Iterator[list[AvoidedNode]]:
 
 def current(file: Path, cluster: str | None = None, now: float | None = None) -> list[AvoidedNode]:
     """The entries not yet expired (on ``cluster`` alone, where named), by cluster and node."""
+    return _current(_all(file), cluster, now)
+
+
+def current_in(text: str, cluster: str | None = None, now: float | None = None) -> list[AvoidedNode]:
+    """``current`` of the list's text as read from elsewhere (the cluster behind a login host); none where the
+    text is not the list (empty: no list there)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return []
+    return _current(_entries(data), cluster, now)
+
+
+def _current(entries: list[AvoidedNode], cluster: str | None, now: float | None) -> list[AvoidedNode]:
     moment = time.time() if now is None else now
-    found = [node for node in _all(file) if node.until > moment and (cluster is None or node.cluster == cluster)]
+    found = [node for node in entries if node.until > moment and (cluster is None or node.cluster == cluster)]
     return sorted(found, key=lambda node: (node.cluster, node.node))
 
 

@@ -454,3 +454,37 @@ def test_a_full_disk_on_the_cluster_fails_the_submit_in_one_line_and_leaves_noth
         assert not (project / "runs").exists() or not any((project / "runs").iterdir()), "nor here"
     finally:
         subprocess.run([*inside, "umount", str(small)], timeout=30)
+
+
+def test_the_nodes_the_clusters_jobs_avoid_are_read_there_excluded_listed_and_cleared_from_the_laptop(
+        login_host: LoginHost, tmp_path: Path) -> None:
+    """The list is where the cluster's jobs wrote it: the login user's ~/.local/state there (root's, on this
+    machine's shared file system), not the laptop's own (conftest gives the test its own $XDG_STATE_HOME)."""
+    there = Path("/root/.local/state/launch/avoided-nodes.json")
+    kept = there.read_bytes() if there.is_file() else None
+    bad = login_host.pair.nodes[1]
+    project = _project(tmp_path, RANKS_SCRIPT)
+    profile = login_host.profile(tmp_path)
+    there.parent.mkdir(parents=True, exist_ok=True)
+    there.write_text(json.dumps({"nodes": [{"cluster": "launchtest", "node": bad, "until": time.time() + 3600,
+                                            "why": "failed the health gate: cannot reach the head", "run": "r"}]}))
+    try:
+        listed = _laptop(login_host, "nodes", "--profile", str(profile), cwd=project)
+        assert listed.stdout.startswith(f"{bad} on launchtest, avoided until "), listed.stdout + listed.stderr
+        assert _laptop(login_host, "nodes", cwd=project).stdout.startswith("no node is avoided ("), \
+            "the laptop's own list is another"
+        done = _laptop(login_host, "submit", "--profile", str(profile), "--launcher", "sbatch", "--script",
+                       "train.py", "--detach", cwd=project)
+        assert done.stdout.startswith(f"launch excludes {bad} on launchtest, avoided until "), done.stdout
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr  # both pair nodes are needed
+        assert f"Requested node configuration is not available; launch excluded {bad}, nodes earlier jobs found " \
+               "bad; where that leaves too few: python -m launch nodes --clear" in done.stderr, done.stderr
+        cleared = _laptop(login_host, "nodes", "--profile", str(profile), "--clear", bad, cwd=project)
+        assert cleared.stdout.strip() == f"forgot {bad} on launchtest", cleared.stdout + cleared.stderr
+        assert _laptop(login_host, "nodes", "--profile", str(profile), cwd=project).stdout.strip() == \
+            f"no node is avoided (on {login_host.host})"
+    finally:
+        if kept is None:
+            there.unlink(missing_ok=True)
+        else:
+            there.write_bytes(kept)

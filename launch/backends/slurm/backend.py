@@ -3,8 +3,6 @@ and the nodes' names; and sbatch's refusals as one line."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic
 
 from launch.backends import JobArrays, State
+from launch.backends.slurm import avoided
 from launch.backends.slurm import cluster as clusters
 from launch.backends.slurm.cluster import REMOTE_KEY, Cluster
 from launch.backends.slurm.follow import cancel, current_status, follow
@@ -32,31 +31,8 @@ if TYPE_CHECKING:
     from launch.core.machine import Machine
 
 
-def avoided_here() -> tuple[avoided_nodes.AvoidedNode, ...]:
-    """The nodes avoided on the cluster whose commands are here (``launch nodes``); SLURM is asked its cluster's
-    name only where some node is avoided at all."""
-    file = avoided_nodes.file_for(os.environ, Path.home())
-    if not avoided_nodes.current(file):
-        return ()
-    name = cluster_name()
-    return tuple(avoided_nodes.current(file, name)) if name else ()
-
-
 def _excludes(avoid: tuple[avoided_nodes.AvoidedNode, ...]) -> list[str]:
     return [f"launch excludes {node.said()}" for node in avoid]
-
-
-def cluster_name(cluster: Cluster = clusters.HERE) -> str | None:
-    """SLURM's ClusterName (scontrol show config), or None where SLURM does not answer."""
-    try:
-        done = cluster.run(["scontrol", "show", "config"], 30)
-    except (OSError, SubmitError, subprocess.TimeoutExpired):
-        return None
-    for line in done.stdout.splitlines() if done.returncode == 0 else ():
-        key, _, value = line.partition("=")
-        if key.strip() == "ClusterName":
-            return value.strip() or None
-    return None
 
 
 def secrets(env: tuple[tuple[str, str], ...], marked: tuple[str, ...]) -> dict[str, str]:
@@ -119,14 +95,11 @@ class SlurmBackend(Generic[JobT]):
         return self.launcher.build(inputs)
 
     def notes(self, plan: LaunchPlan[JobT]) -> list[str]:
-        """What ``render`` says under the plan and ``submit`` before it submits: the nodes this user's earlier
-        jobs found bad, which the job will exclude (not part of the plan: that list changes by the hour)."""
-        return _excludes(self._avoided(plan))
-
-    def _avoided(self, plan: LaunchPlan[JobT]) -> tuple[avoided_nodes.AvoidedNode, ...]:
-        slurm = plan.profile.slurm
-        return avoided_here() if slurm is not None and slurm.login is None and self.launcher.where(plan).remote is None \
-            else ()
+        """What ``render`` says under the plan: the nodes this user's earlier jobs found bad, which the job will
+        exclude (not part of the plan: that list changes by the hour). Behind a login host the list is on the
+        cluster, which render does not reach: ``submit`` reads it there and says them."""
+        cluster = self.launcher.where(plan)
+        return _excludes(avoided.for_submission(cluster)) if cluster.remote is None else []
 
     def render(self, plan: LaunchPlan[JobT]) -> list[str]:
         return self.launcher.render(plan)
@@ -157,7 +130,7 @@ class SlurmBackend(Generic[JobT]):
         the caller); then follow the job to its end, unless ``detach``."""
         run_dir = Path(plan.run_dir)
         cluster = self.launcher.where(plan)
-        avoid = self._avoided(plan)
+        avoid = avoided.for_submission(cluster)
         for line in _excludes(avoid):  # the list read once: asking SLURM its cluster's name costs a command
             print(line, flush=True)
         own = [exclude_list(plan.profile)] if exclude_list(plan.profile) and avoid else []

@@ -2,7 +2,7 @@
 call. Submitted here; or, through the login host, written as JSON into the run folder shipped there and
 submitted by the cluster's Python::
 
-    python -m launch.backends.slurm.submission FILE
+    python -m launch.backends.slurm.submission FILE [--exclude NODES]
 
 which prints the job id as ``sbatch --parsable`` does (a job array's own id for a batch of tasks), sbatch's
 refusal on stderr. submitit's folder, its pickles and sbatch are then all the cluster's.
@@ -15,7 +15,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,13 +97,23 @@ def batch_ids(job_id: str, count: int) -> list[str]:
     return [job_id] if count == 1 else [f"{job_id}_{element}" for element in range(count)]
 
 
+def excluding(submission: Submission, exclude: str) -> Submission:
+    """``submission`` with sbatch's --exclude ``exclude`` (the profile's and the nodes avoided now), where given."""
+    if not exclude:
+        return submission
+    parameters = dict(submission.parameters)
+    extra = dict(parameters.pop("additional_parameters", None) or {})  # type: ignore[call-overload]
+    return replace(submission, parameters=(*parameters.items(),
+                                           ("additional_parameters", {**extra, "exclude": exclude})))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """On the cluster: submit the submission in FILE; print its job id (a batch's array id). sbatch's refusal:
-    its stderr, exit status 1; anything else: one line ``launch: ...``, exit status ``NO_SUBMITIT`` (submitit
-    cannot be imported) or ``NOT_SUBMITTED``."""
+    """On the cluster: submit the submission in FILE (excluding NODES); print its job id (a batch's array id).
+    sbatch's refusal: its stderr, exit status 1; anything else: one line ``launch: ...``, exit status
+    ``NO_SUBMITIT`` (submitit cannot be imported) or ``NOT_SUBMITTED``."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m launch.backends.slurm.submission FILE", file=sys.stderr)
+    if len(args) not in (1, 3) or len(args) == 3 and args[1] != "--exclude":
+        print("usage: python -m launch.backends.slurm.submission FILE [--exclude NODES]", file=sys.stderr)
         return 2
     try:
         from submitit.core.utils import FailedJobError
@@ -112,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return NO_SUBMITIT
     try:
-        submission = Submission.from_json(Path(args[0]).read_text(encoding="utf-8"))
+        submission = excluding(Submission.from_json(Path(args[0]).read_text(encoding="utf-8")),
+                               args[2] if len(args) == 3 else "")
         made = executor(submission)
     except Exception as error:  # an unreadable file, a parameter this submitit does not take
         print(f"launch: submitit there could not take the submission ({type(error).__name__}: {error})",

@@ -39,9 +39,9 @@ def _submit(plan: LaunchPlan[SbatchJob], exclude: str = "") -> str:
     """The job submitted (``exclude``: sbatch's --exclude, the profile's and the nodes avoided now, on the command
     line, which sbatch reads over the script's)."""
     job = plan.job
-    if job.remote is not None:  # the run folder shipped, checked there and submitted there
-        return through_login.ship_and_submit(job.remote, [plan], job.submit_argv)
     argv = (*job.submit_argv[:-1], f"--exclude={exclude}", job.submit_argv[-1]) if exclude else job.submit_argv
+    if job.remote is not None:  # the run folder shipped, checked there and submitted there
+        return through_login.ship_and_submit(job.remote, [plan], argv)
     return _sbatch(argv, cwd=job.node.cwd, secrets=secrets(job.node.env, plan.profile.secrets))
 
 

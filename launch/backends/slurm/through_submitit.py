@@ -71,13 +71,9 @@ def _submit(plan: LaunchPlan[SubmititJob], exclude: str = "") -> str:
     """The job submitted (``exclude``: sbatch's --exclude, the profile's and the nodes avoided now)."""
     job = plan.job
     if job.remote is not None:  # the run folder (with its submission) shipped, submitted by the cluster's Python
-        return through_login.ship_and_submit(job.remote, [plan], _submit_argv(job.remote))
-    submitted = submission_of(job, plan.profile)
-    if exclude:
-        extra = dict(dict(submitted.parameters).get("additional_parameters") or {})  # type: ignore[call-overload]
-        submitted = replace(submitted, parameters=(*((key, value) for key, value in submitted.parameters
-                                                     if key != "additional_parameters"),
-                                                   ("additional_parameters", {**extra, "exclude": exclude})))
+        return through_login.ship_and_submit(job.remote, [plan], (*_submit_argv(job.remote),
+                                                                  *(("--exclude", exclude) if exclude else ())))
+    submitted = submission.excluding(submission_of(job, plan.profile), exclude)
     executor = submission.executor(submitted)
     with _submitting(plan):
         return submission.submit(executor, submitted)[0]
