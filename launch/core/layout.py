@@ -15,6 +15,7 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"  # TensorBoard event files of what ``log_metrics`` recorded (the same process writes both)
 STATE = "state.json"
 LOGS = "logs"
+KEPT_NODES = "kept-nodes-"  # + the job id, in logs/: the nodes a job with spare nodes trains on (the health gate's)
 CHECK = "check"  # `launch check`'s reports: check/rank-N.json, node-K.json, links.json
 CHECKPOINTS = "checkpoints"
 LATEST_CHECKPOINT = "latest.json"  # points at the last complete checkpoint; replaced atomically

@@ -72,6 +72,8 @@ class SlurmSection:
     on_time_limit: Literal["requeue", "chain", "stop"] = "requeue"
     max_chain: int = 10  # on_time_limit chain: the most jobs of one run, the first included
     max_node_failures: int = 3  # times a run goes on elsewhere after nodes failed it; then it fails, naming them
+    spare_nodes: int = 0  # nodes asked for beyond `nodes` (sbatch launcher): the health gate's first fit ones train,
+    # the others are given back as training starts
     job_name: str | None = None  # None: the profile's name and what runs ("slurm-2x4-ddp")
     output: str | None = None  # where SLURM writes the batch log, for sites that require a place (sbatch's
     # --output pattern); None: the run folder. Either way launch reads it from the run folder.

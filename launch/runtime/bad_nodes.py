@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from launch.core import avoided_nodes, node_health, run_jobs
+from launch.core.layout import KEPT_NODES, LOGS
 from launch.runtime.batch_shell import (
     CHAIN_INDEX,
     RESUBMITTED,
@@ -26,12 +27,16 @@ from launch.runtime.batch_shell import (
 
 
 def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[str], budget_s: float, seconds: float,
-         max_failures: int, avoid_hours: float, script: str, exclude: str, after_failure: int | None = None) -> int:
+         max_failures: int, avoid_hours: float, script: str, exclude: str, after_failure: int | None = None,
+         train_nodes: int | None = None) -> int:
     """Judge the health gate (each node's report); 0 to train here, ``RUN_OVER`` where the run goes on in a job
     submitted again without the unfit nodes (``exclude``: the job's own --exclude, kept as written), 1 where it
     cannot go on. ``after_failure``: the ranks' exit status, where the gate ran again after they failed (a node
-    whose links broke mid-run, say); then 0 leaves the failure to the job's end, as the code's own."""
+    whose links broke mid-run, say); then 0 leaves the failure to the job's end, as the code's own.
+    ``train_nodes``: with spare nodes, how many train: the first fit ones (the head among them: it runs the batch
+    shell) are written down for the batch shell, which gives the others back."""
     job = job_id()
+    train_nodes = None if after_failure is not None else train_nodes  # after a failure: the nodes it trained on
     verdict = node_health.judge(reports, hosts, job=job, budget_s=budget_s, seconds=seconds,
                                 cluster=os.environ.get("SLURM_CLUSTER_NAME", ""), after_failure=after_failure)
     node_health.save(run_dir, verdict)
@@ -48,18 +53,42 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
     if everyone:
         return failed(run_dir, job, "every node failed the health gate: the cause is more likely the profile, the "
                                     "environment or the network than the nodes; nothing is excluded")
-    if not unfit:
+    if not unfit and _kept(hosts, unfit, train_nodes) is None:
         if verdict.shared:
             return failed(run_dir, job, f"the health gate failed on every node ({'; '.join(verdict.shared)}): the "
                                         "cause is more likely the network or the collectives' library than one node; "
                                         "nothing is excluded")
         return 0
+    kept = _kept(hosts, unfit, train_nodes)
+    if kept is not None and not unfit:
+        return _keep(run_dir, job, hosts, kept)
     refused = _count(run_dir, job, {host: f"failed the health gate: {why}" for host, why in unfit.items()},
                      cluster=verdict.cluster, avoid_hours=avoid_hours, max_failures=max_failures)
     if refused is not None:
         return refused
+    if kept is not None:
+        return _keep(run_dir, job, hosts, kept)
     return _go_on_without(run_dir, job, unfit, script=script, exclude=exclude,
                           ended=run_jobs.UNFIT if after_failure is None else run_jobs.FAILED_ON_UNFIT)
+
+
+def _kept(hosts: list[str], unfit: dict[str, str], train_nodes: int | None) -> list[str] | None:
+    """The nodes that train, where the job has spare nodes and enough of them are fit, the head among them (the
+    batch shell runs there: SLURM keeps it); else None."""
+    fit = [host for host in hosts if host not in unfit]
+    if train_nodes is None or len(hosts) <= train_nodes or len(fit) < train_nodes or hosts[0] in unfit:
+        return None
+    return fit[:train_nodes]
+
+
+def _keep(run_dir: Path, job: str, hosts: list[str], kept: list[str]) -> int:
+    """The nodes that train written down for the batch shell, which gives the others back to SLURM; 0."""
+    (run_dir / LOGS).mkdir(exist_ok=True)
+    (run_dir / LOGS / f"{KEPT_NODES}{os.environ.get('SLURM_JOB_ID', '')}").write_text(",".join(kept) + "\n")
+    spares = [host for host in hosts if host not in kept]
+    run_jobs.append(run_dir, {"job": job, "event": "kept", "hosts": kept, "released": spares, "time": time.time()})
+    say(f"training on {', '.join(kept)}; the spare nodes ({', '.join(spares)}) go back to SLURM")
+    return 0
 
 
 def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str, ended: str) -> int:
@@ -126,8 +155,8 @@ def lost_since_last_start(run_dir: Path, hosts: list[str], *, max_failures: int,
     nodes of that job's last allocation that SLURM now lists as down or failing (the node lost: NODE_FAIL),
     recorded, avoided and counted; 1 where that makes too many, else None."""
     job = job_id()
-    before = next((record for record in reversed(run_jobs.records(run_dir))
-                   if record.get("job") == (of_job or job) and record.get("event") == "started"), None)
+    before = next((record for record in reversed(run_jobs.records(run_dir))  # where it last trained
+                   if record.get("job") == (of_job or job) and record.get("event") in ("started", "kept")), None)
     if before is None:
         return None
     lost = {host: why for host in before.get("hosts") or [] if host not in hosts

@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--avoid-hours", type=float, default=24.0)
     parser.add_argument("--exclude", default="", help="start, gate: the profile's own sbatch --exclude")
     parser.add_argument("--after-failure", type=int, help="gate: the ranks' exit status, where it ran again after them")
+    parser.add_argument("--train-nodes", type=int, help="gate: with spare nodes, how many of the fit ones train")
     args = parser.parse_args(argv)
     signal.Signals[args.signal]  # noqa: B018 - an unknown name is refused here, not in every rank
     if args.action == "start":
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         return bad_nodes.gate(args.run_dir, reports, hosts=args.hosts.split(), budget_s=args.budget_s,
                     seconds=time.monotonic() - begun, max_failures=args.max_node_failures,
                     avoid_hours=args.avoid_hours, script=args.script or "", exclude=args.exclude,
-                    after_failure=args.after_failure)
+                    after_failure=args.after_failure, train_nodes=args.train_nodes)
     if args.action == "stop":
         stop(args.run_dir, args.signal)
         return 0

@@ -224,3 +224,31 @@ def test_a_node_whose_links_break_mid_training_is_found_after_the_failure_and_th
     assert run_cli("nodes", env=env).stdout.startswith(f"{cut} on launchtest, avoided until "), \
         "the node is avoided by the next jobs"
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of either job is left"
+
+
+def test_with_a_spare_node_the_job_trains_on_the_fit_ones_and_gives_the_unfit_one_back(  # type: ignore[no-untyped-def]
+        second_pair, tmp_path: Path) -> None:
+    """slurm.spare_nodes: 1 on the trio: the job gets all three nodes; the gate finds n4 unfit (its packets to the
+    head's port dropped), the job shrinks to the head and the spare, and trains there: one job, no resubmission."""
+    head, bad = second_pair.nodes
+    spare = second_pair.third
+    profile = _trio_profile(second_pair, tmp_path, f"rendezvous:\n  port: {PORT}\n", "  spare_nodes: 1\n")
+    run_dir, env = tmp_path / "run", second_pair.env
+    with _dropped_to(bad, second_pair.address(head)):
+        done = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir", str(run_dir), "--",
+                       "--epochs", "1", "--max-steps", "5", env=env, cwd=tmp_path, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"job (\d+): running on n\[3-5\]", done.stdout), done.stdout
+    assert "the run goes on in job" not in done.stdout, "no second job"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["steps"] == 5 and result["world_size"] == 4
+    (batch_log,) = (run_dir / "logs").glob("slurm-*.out")
+    said = batch_log.read_text()
+    assert f"launch: training on {head}, {spare}; the spare nodes ({bad}) go back to SLURM" in said, said
+    hosts = {json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text())["host"] for rank in range(4)}
+    assert hosts == {head, spare}, "the ranks ran on the fit nodes"
+    status = run_cli("status", str(run_dir), env=env).stdout
+    assert f"2 of 3 nodes fit ({head}, {spare})" in status and f"  {bad} unfit: cannot reach the head" in status
+    assert run_cli("nodes", env=env).stdout.startswith(f"{bad} on launchtest, avoided until "), status
+    assert not list((run_dir / "logs").glob("kept-nodes-*")) and not list((run_dir / "logs").glob("slurm_job_*"))
+    assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of the job is left"

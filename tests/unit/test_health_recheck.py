@@ -30,9 +30,13 @@ esac
 """
 SBATCH = '#!/bin/sh\necho "sbatch $* resubmitted=${LAUNCH_RESUBMITTED:-}" >> "$SAID"; echo "${JOB:-42}"\n'
 SCONTROL = """#!/bin/sh
+# scontrol: the allocation's hosts, as the job's variables say them (a shrunk job's from its resize script)
 case "$*" in
-  "show hostnames"*) printf 'n1\\nn2\\n' ;;
+  "show hostnames"*) [ "$SLURM_JOB_NUM_NODES" = 2 ] && [ -n "$SLURM_NNODES" ] && printf 'n1\\nn3\\n' || printf 'n1\\nn2\\n' ;;
   "show config"*) echo "ClusterName = c" ;;
+  "update JobId=42 NodeList="*)
+    echo "scontrol $*" >> "$SAID"; printf 'export SLURM_JOB_NUM_NODES=2\\nexport SLURM_NNODES=2\\n' > slurm_job_42_resize.sh
+    echo "To reset Slurm environment variables, execute" ;;
 esac
 """
 
@@ -47,19 +51,20 @@ FIT = _report(0, "n1") + _report(1, "n2")
 CUT_OFF = _report(0, "n1") + _report(1, "n2", "cannot reach the head n1:29500 within the health gate's budget (timed out)")
 
 
-@pytest.fixture
-def job(tmp_path: Path, write_profile, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Run the batch script of a 2-node job with `after` lines (submitted through the stand-in sbatch) under
-    the stand-ins; ``gates``: what each health gate's step says, in order; it returns the script's exit status."""
+def _batch_job(tmp_path: Path, write_profile, extra: str = "", hosts: str = "n1\\nn2"):  # type: ignore[no-untyped-def]
+    """Run the batch script of a job with `after` lines (and ``extra``: lines of its slurm section), submitted
+    through the stand-in sbatch, under the stand-ins (``hosts``: the allocation's); ``answers``: what each health
+    gate's step says, in order; it returns the finished process."""
     bin_dir, gates = tmp_path / "bin", tmp_path / "gates"
     bin_dir.mkdir()
     gates.mkdir()
-    for name, text in (("srun", SRUN), ("sbatch", SBATCH), ("scontrol", SCONTROL)):
+    for name, text in (("srun", SRUN), ("sbatch", SBATCH), ("scontrol", SCONTROL.replace("n1\\nn2", hosts))):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SAID": str(tmp_path / "said"),
            "GATES": str(gates)}
-    profile = write_profile(f"extends: slurm-local-2x2\nafter: ['echo after >> {tmp_path / 'said'}']\n")
+    profile = write_profile(f"extends: slurm-local-2x2\nafter: ['echo after >> {tmp_path / 'said'}']\n"
+                            f"slurm:\n  partition: p\n{extra}")
     run_dir = tmp_path / "run"
     done = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir", str(run_dir),
                    "--detach", env=env, cwd=tmp_path)
@@ -70,11 +75,18 @@ def job(tmp_path: Path, write_profile, monkeypatch: pytest.MonkeyPatch):  # type
         for index, answer in enumerate(answers, 1):
             (gates / str(index)).write_text(answer)
         return subprocess.run(["bash", str(run_dir / "job.sbatch")], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, **env, "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n[1-2]",
-                                   "SLURM_CLUSTER_NAME": "c", "SLURM_CPUS_PER_TASK": "1", "TRAINING_STATUS": str(training), "JOB": "99"})
+                              env={**os.environ, **env, "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n[1-3]",
+                                   "SLURM_JOB_NUM_NODES": "3", "SLURM_CLUSTER_NAME": "c", "SLURM_CPUS_PER_TASK": "1",
+                                   "TRAINING_STATUS": str(training), "JOB": "99"})
     run.run_dir = run_dir  # type: ignore[attr-defined]
     run.said = tmp_path / "said"  # type: ignore[attr-defined]
     return run
+
+
+@pytest.fixture
+def job(tmp_path: Path, write_profile):  # type: ignore[no-untyped-def]
+    """A 2-node job's batch script, to run under the stand-ins."""
+    return _batch_job(tmp_path, write_profile)
 
 
 def test_a_node_the_gate_finds_unfit_after_the_ranks_failed_is_left_out_and_the_run_goes_on(job) -> None:  # type: ignore[no-untyped-def]
@@ -111,3 +123,31 @@ def test_no_check_runs_after_a_sigterm_nor_after_a_run_that_finished(job) -> Non
     done = job(FIT, CUT_OFF, training=0)
     assert done.returncode == 0 and job.said.read_text().splitlines() == ["training step", "after"], done.stderr
     assert (job.run_dir.parent / "gates" / "count").read_text().strip() == "1"
+
+
+def test_with_a_spare_node_the_job_gives_back_the_one_the_gate_found_unfit_and_trains_on_the_others(
+        tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    run = _batch_job(tmp_path, write_profile, "  spare_nodes: 1\n", hosts="n1\\nn2\\nn3")
+    three = FIT + _report(2, "n3")
+    done = run(three.replace('"host": "n2", "phase": "done", "problems": []',
+                             '"host": "n2", "phase": "done", "problems": ["0.10 GB free"]'), training=0)
+    assert done.returncode == 0, done.stderr
+    assert run.said.read_text().splitlines() == ["scontrol update JobId=42 NodeList=n1,n3", "training step", "after"]
+    assert "launch: training on n1, n3; the spare nodes (n2) go back to SLURM" in done.stderr
+    assert not list((run.run_dir / "logs").glob("kept-nodes-*")) and not list(run.run_dir.glob("**/slurm_job_*"))
+    records = run_jobs.records(run.run_dir)
+    assert [record["event"] for record in records] == ["started", "gate", "kept", "ended"]
+    assert records[2]["hosts"] == ["n1", "n3"] and records[-1]["ended"] == "finished"
+
+
+def test_spare_nodes_are_refused_without_the_gate_and_under_the_submitit_launcher(write_profile) -> None:  # type: ignore[no-untyped-def]
+    off = write_profile("extends: slurm-local-2x2\nhealth:\n  enabled: false\nslurm:\n  spare_nodes: 1\n")
+    done = run_cli("render", "--profile", str(off), "--launcher", "sbatch")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "slurm.spare_nodes: the health gate chooses the nodes that train among the 2 + 1 asked for, and " \
+           "health.enabled is false" in done.stderr
+    spare = write_profile("extends: slurm-local-2x2\nslurm:\n  spare_nodes: 1\n", name="spare.yaml")
+    done = run_cli("render", "--profile", str(spare), "--launcher", "submitit")
+    assert done.returncode == 2 and "slurm.spare_nodes: the sbatch launcher's batch script chooses" in done.stderr
+    shown = run_cli("render", "--profile", str(spare), "--launcher", "sbatch").stdout
+    assert "#SBATCH --nodes=3" in shown and "--train-nodes 2" in shown

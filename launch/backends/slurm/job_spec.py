@@ -138,6 +138,10 @@ def build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
         raise LaunchError(f"{inputs.profile.source}: slurm.on_time_limit: chain queues the run's next job from the "
                           "sbatch launcher's batch script, which the submitit launcher does not run",
                           "use --launcher sbatch, or on_time_limit: requeue or stop")
+    if slurm is not None and slurm.spare_nodes:
+        raise LaunchError(f"{inputs.profile.source}: slurm.spare_nodes: the sbatch launcher's batch script chooses the "
+                          "nodes that train and gives the spares back, which the submitit launcher does not run",
+                          "use --launcher sbatch, or no spare_nodes")
     return _through_login(inputs, _build_submitit)
 
 

@@ -58,7 +58,11 @@ def check(profile: Profile, slurm: SlurmSection) -> list[str]:
         problems.append(f"slurm.output: {slurm.output!r} cannot hold spaces, quotes or '\\' (it is an #SBATCH line, "
                         "which is not shell)")
     problems += [f"slurm.{key}: must be 0 or more, got {getattr(slurm, key)}"
-                 for key in ("signal_delay_s", "max_timeouts", "max_node_failures") if getattr(slurm, key) < 0]
+                 for key in ("signal_delay_s", "max_timeouts", "max_node_failures", "spare_nodes")
+                 if getattr(slurm, key) < 0]
+    if slurm.spare_nodes > 0 and not profile.health.enabled:
+        problems.append(f"slurm.spare_nodes: the health gate chooses the nodes that train among the {profile.nodes} + "
+                        f"{slurm.spare_nodes} asked for, and health.enabled is false")
     health = profile.health
     problems += [f"health.{key}: must be more than 0, got {getattr(health, key)}"
                  for key in ("budget_s", "avoid_hours") if getattr(health, key) <= 0]

@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 from launch.backends.slurm.options import sbatch_allocation
 from launch.core import containers, node_health, shell, site_shell
 from launch.core.commands import NodeCommand
-from launch.core.layout import STOP_REQUEST
+from launch.core.layout import KEPT_NODES, LOGS, STOP_REQUEST
 from launch.core.profile import Profile
 from launch.core.rendezvous import SLURM_NODE_LIST, port_for_job_shell
 from launch.core.secrets import looks_secret
@@ -31,7 +31,7 @@ def sbatch_options(profile: Profile, *, job_name: str, run_dir: str) -> list[tup
         raise LaunchError(f"--run-dir {run_dir}: a SLURM run folder cannot hold spaces, quotes, '\\' or '%' "
                           "(sbatch reads it from #SBATCH lines)")
     options: list[tuple[str, str | None]] = [
-        ("job-name", job_name), ("nodes", str(profile.nodes)), ("ntasks-per-node", "1"),
+        ("job-name", job_name), ("nodes", str(profile.nodes + slurm.spare_nodes)), ("ntasks-per-node", "1"),
         *([("time", str(slurm.time_min))] if slurm.time_min is not None else []),
         ("output", slurm.output or f"{run_dir}/logs/slurm-%j.out"), ("open-mode", "append"),
         *sbatch_allocation(profile),
@@ -143,7 +143,27 @@ def health_gate_step(profile: Profile, python: str, run_dir: str) -> list[str]:
             gate, 'launch_gate="${PIPESTATUS[1]}"',
             'if [ "$launch_gate" != 0 ]; then',
             *site_shell.after_block(profile),  # as written, not indented: a here-document's end stays whole
-            '  [ "$launch_gate" = 3 ] && exit 0; exit "$launch_gate"', "fi"]
+            '  [ "$launch_gate" = 3 ] && exit 0; exit "$launch_gate"', "fi", *_spares_given_back(profile, run_dir)]
+
+
+def _spares_given_back(profile: Profile, run_dir: str) -> list[str]:
+    """With ``slurm.spare_nodes``: the job shrunk to the nodes the gate chose (its first fit ones, the head kept),
+    SLURM's variables reset from the script it writes for that, and the head found again."""
+    if profile.slurm is None or not profile.slurm.spare_nodes:
+        return []
+    logs = shlex.quote(str(PurePosixPath(run_dir, LOGS)))
+    kept = f'{logs}/{KEPT_NODES}"$SLURM_JOB_ID"'
+    resize = f'{logs}/slurm_job_"$SLURM_JOB_ID"_resize'
+    return [f"# slurm.spare_nodes: training takes {profile.nodes} of the fit nodes; the others go back to SLURM now",
+            f'if [ -s {kept} ] && (cd {logs} && scontrol update JobId="$SLURM_JOB_ID" NodeList="$(cat {kept})" '
+            '>/dev/null); then',
+            f"  . {resize}.sh  # SLURM's own: the job's variables as the allocation is now",
+            f'  hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"',
+            "  MASTER_ADDR=\"${hosts%%$'\\n'*}\"",
+            f'elif [ -s {kept} ]; then',
+            '  echo "launch: SLURM did not shrink the job to the nodes the health gate chose (scontrol update '
+            'NodeList): no rank starts" >&2',
+            "  launch_status=1", "fi", f"rm -f {kept} {resize}.sh {resize}.csh"]
 
 
 def health_recheck_step(profile: Profile, python: str, run_dir: str) -> list[str]:
@@ -177,9 +197,12 @@ def _gate_pipeline(profile: Profile, python: str, run_dir: str, *judged: str) ->
     if profile.slurm is None or not health.enabled:
         return ""
     checks = [check for check in health.checks if profile.container is None or check not in CONTAINED_CHECKS]
-    step = ["timeout", "-k", "5", str(int(node_health.gate_limit_s(health.budget_s))), "srun", f"--nodes={profile.nodes}",
-            f"--ntasks={profile.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-            python, "-m", HEALTH_GATE, "--run-dir", run_dir, "--checks", ",".join(checks),
+    spare = profile.slurm.spare_nodes
+    # with spare nodes, on the allocation as it is: all of it as the job starts, the nodes kept once it shrank
+    size = ['--nodes="$SLURM_JOB_NUM_NODES"', '--ntasks="$SLURM_JOB_NUM_NODES"'] if spare else \
+        [f"--nodes={profile.nodes}", f"--ntasks={profile.nodes}"]
+    step = ["timeout", "-k", "5", str(int(node_health.gate_limit_s(health.budget_s))), "srun", *size,
+            "--ntasks-per-node=1", "--kill-on-bad-exit=0", python, "-m", HEALTH_GATE, "--run-dir", run_dir, "--checks", ",".join(checks),
             "--budget-s", f"{health.budget_s:g}", "--min-free-memory-gb", f"{health.min_free_memory_gb:g}",
             "--min-free-disk-gb", f"{health.min_free_disk_gb:g}", "--device", profile.device,
             *(["--per-node", str(profile.procs_per_node)] if profile.device == "cuda" else []),  # GPUs counted
@@ -187,9 +210,11 @@ def _gate_pipeline(profile: Profile, python: str, run_dir: str, *judged: str) ->
     exclude = exclude_list(profile)
     judge = _batch_job(python, "gate", run_dir, "--budget-s", f"{health.budget_s:g}", "--max-node-failures",
                        str(profile.slurm.max_node_failures), "--avoid-hours", f"{health.avoid_hours:g}",
-                       "--script", str(PurePosixPath(run_dir, SCRIPT)), *(["--exclude", exclude] if exclude else []))
-    expanded = " ".join(f'"{word}"' if word.startswith("$") else shlex.quote(word) for word in judged)
-    return f'{shlex.join(step)} | {shlex.join(judge)} --hosts "$hosts"' + (f' {expanded}' if expanded else "")
+                       "--script", str(PurePosixPath(run_dir, SCRIPT)), *(["--exclude", exclude] if exclude else []),
+                       *(["--train-nodes", str(profile.nodes)] if spare else []))
+    words = [*step, "|", *judge, "--hosts", "$hosts", *judged]
+    return " ".join(word if word in size or word == "|" else f'"{word}"' if word.startswith("$") else shlex.quote(word)
+                    for word in words)
 
 
 def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:
