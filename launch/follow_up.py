@@ -43,7 +43,7 @@ def status_text(run_dir: Path) -> str:
 def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:
     """Under a run's state (``status``, ``launch ui``): the failure or hang report, the rank behind first, and
     the result where there is one."""
-    lines = run_jobs.lines(run_dir)
+    lines = run_jobs.lines(run_dir, None if backends.is_active(state) else str(state.get("status")))
     if lines:
         lines.insert(0, "the run's SLURM jobs:")
     lines += health_lines(run_dir)
@@ -141,7 +141,9 @@ def report(given: list[str], runs: Path, output: Path) -> str:
         hung = None if sweep.is_sweep(folder) else outcome.hang_message(folder)
         if hung is not None:
             notes.append(f"{folder}: {hung}")
-        jobs = run_jobs.lines(folder)  # one run made of several SLURM jobs: each, where it started and how it ended
+        state = layout.read_json(folder / layout.STATE) or {}
+        # one run made of several SLURM jobs: each, where it started and how it ended
+        jobs = run_jobs.lines(folder, None if backends.is_active(state) else state.get("status"))
         if jobs:
             notes += [f"{folder}: its SLURM jobs:", *jobs]
         notes += [f"{folder}: {line}" if not line.startswith(" ") else line for line in health_lines(folder)]

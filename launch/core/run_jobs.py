@@ -137,9 +137,12 @@ def describe(job: Job) -> str:
     return f"job {job.job}{start}{restarts}: {end}"
 
 
-def lines(run_dir: Path) -> list[str]:
-    """The run's jobs, a line each, where it took more than one (or one that stopped at its time limit)."""
+def lines(run_dir: Path, last_ended: str | None = None) -> list[str]:
+    """The run's jobs, a line each, where it took more than one (or one that stopped at its time limit);
+    ``last_ended``: how the run ended, for its last job where that job's batch shell did not say (submitit's)."""
     found = jobs(run_dir)
+    if found and found[-1].ended is None and last_ended is not None:
+        found[-1] = replace(found[-1], ended=last_ended)
     if not found or (len(found) == 1 and found[0].starts <= 1 and found[0].ended != TIME_LIMIT):
         return []
     return [f"  {describe(job)}" for job in found]

@@ -7,6 +7,7 @@ on without it, up to ``slurm.max_node_failures`` times. No torch.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -22,19 +23,20 @@ from launch.runtime.batch_shell import (
     failed,
     job_id,
     say,
-    sbatch_again,
+    submit_again,
 )
 
 
 def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[str], budget_s: float, seconds: float,
          max_failures: int, avoid_hours: float, script: str, exclude: str, after_failure: int | None = None,
-         train_nodes: int | None = None) -> int:
+         train_nodes: int | None = None, resubmit: str = "") -> int:
     """Judge the health gate (each node's report); 0 to train here, ``RUN_OVER`` where the run goes on in a job
     submitted again without the unfit nodes (``exclude``: the job's own --exclude, kept as written), 1 where it
     cannot go on. ``after_failure``: the ranks' exit status, where the gate ran again after they failed (a node
     whose links broke mid-run, say); then 0 leaves the failure to the job's end, as the code's own.
     ``train_nodes``: with spare nodes, how many train: the first fit ones (the head among them: it runs the batch
-    shell) are written down for the batch shell, which gives the others back."""
+    shell) are written down for the batch shell, which gives the others back. ``resubmit``: the command that submits
+    the run's job again (submitit's), given ``--exclude NODES``; by default sbatch with ``script``."""
     job = job_id()
     train_nodes = None if after_failure is not None else train_nodes  # after a failure: the nodes it trained on
     verdict = node_health.judge(reports, hosts, job=job, budget_s=budget_s, seconds=seconds,
@@ -68,7 +70,7 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
         return refused
     if kept is not None:
         return _keep(run_dir, job, hosts, kept)
-    return _go_on_without(run_dir, job, unfit, script=script, exclude=exclude,
+    return _go_on_without(run_dir, job, unfit, script=script, exclude=exclude, resubmit=resubmit,
                           ended=run_jobs.UNFIT if after_failure is None else run_jobs.FAILED_ON_UNFIT)
 
 
@@ -91,21 +93,25 @@ def _keep(run_dir: Path, job: str, hosts: list[str], kept: list[str]) -> int:
     return 0
 
 
-def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str, ended: str) -> int:
+def _go_on_without(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str, ended: str,
+                   resubmit: str) -> int:
     """The run's job submitted again, excluding every node the run found bad; this job leaves the run to it
     (``ended``: how, in jobs.jsonl)."""
     before = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a dying node's job is ended: the new job recorded first
     try:
-        return _resubmit(run_dir, job, unfit, script=script, exclude=exclude, ended=ended)
+        return _resubmit(run_dir, job, unfit, script=script, exclude=exclude, ended=ended, resubmit=resubmit)
     finally:
         signal.signal(signal.SIGTERM, before)
 
 
-def _resubmit(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str, ended: str) -> int:
+def _resubmit(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, exclude: str, ended: str,
+              resubmit: str) -> int:
     chained = run_jobs.chained(run_dir, job)  # under on_time_limit: chain, queued behind this one: the new one chains
     excluded = exclusions(run_dir, exclude)
     index = {CHAIN_INDEX: os.environ[CHAIN_INDEX]} if CHAIN_INDEX in os.environ else {}
-    successor = sbatch_again(script, [f"--exclude={excluded}"], {**index, RESUBMITTED: job},
+    argv = [*shlex.split(resubmit), "--exclude", excluded] if resubmit else \
+        ["sbatch", "--parsable", f"--exclude={excluded}", script]
+    successor = submit_again(argv, {**index, RESUBMITTED: job},
                              "the run's job was not submitted again without the unfit nodes", "the run stops here")
     if successor is None:
         return failed(run_dir, job, f"the unfit nodes ({', '.join(unfit)}) could not be left out: sbatch refused")

@@ -34,17 +34,21 @@ def restart_count() -> int:
 
 
 def sbatch_again(script: str, options: list[str], env: dict[str, str], failed: str, then: str) -> str | None:
-    """The job id of ``script`` submitted again with ``options``, or None (said: ``failed``, ``then``). The new job
-    gets the environment this job was submitted with and ``env``, not this job's own SLURM variables (nor its
-    place after another job of a chain)."""
+    """The job id of ``script`` submitted again with ``options``, or None (said: ``failed``, ``then``)."""
+    return submit_again(["sbatch", "--parsable", *options, script], env, failed, then)
+
+
+def submit_again(argv: list[str], env: dict[str, str], failed: str, then: str) -> str | None:
+    """The job id that ``argv`` (sbatch, or what submits through submitit) printed, or None (said: ``failed``,
+    ``then``). The new job gets the environment this job was submitted with and ``env``, not this job's own
+    SLURM variables (nor its place after another job of a chain)."""
     from launch.core.sbatch_answer import sbatch_job_id
     from launch.errors import SubmitError
 
     given = {name: value for name, value in os.environ.items() if name != CHAIN_AFTER and (
-        not name.startswith(("SLURM_", "SBATCH_", "SRUN_")) or name == "SLURM_CONF")}
+        not name.startswith(("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_")) or name == "SLURM_CONF")}
     try:
-        done = subprocess.run(["sbatch", "--parsable", *options, script], env={**given, **env},
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(argv, env={**given, **env}, capture_output=True, text=True, timeout=120)
         return sbatch_job_id(done)
     except (OSError, subprocess.TimeoutExpired, SubmitError) as error:
         say(f"{failed} ({getattr(error, 'message', error)}): {then}")

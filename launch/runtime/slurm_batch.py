@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", default="", help="start, gate: the profile's own sbatch --exclude")
     parser.add_argument("--after-failure", type=int, help="gate: the ranks' exit status, where it ran again after them")
     parser.add_argument("--train-nodes", type=int, help="gate: with spare nodes, how many of the fit ones train")
+    parser.add_argument("--resubmit", default="", help="gate: what submits the run's job again (submitit's), one "
+                                                       "shell-quoted line; --exclude NODES is added")
     args = parser.parse_args(argv)
     signal.Signals[args.signal]  # noqa: B018 - an unknown name is refused here, not in every rank
     if args.action == "start":
@@ -207,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         return bad_nodes.gate(args.run_dir, reports, hosts=args.hosts.split(), budget_s=args.budget_s,
                     seconds=time.monotonic() - begun, max_failures=args.max_node_failures,
                     avoid_hours=args.avoid_hours, script=args.script or "", exclude=args.exclude,
-                    after_failure=args.after_failure, train_nodes=args.train_nodes)
+                    after_failure=args.after_failure, train_nodes=args.train_nodes, resubmit=args.resubmit)
     if args.action == "stop":
         stop(args.run_dir, args.signal)
         return 0

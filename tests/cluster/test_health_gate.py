@@ -69,14 +69,16 @@ def _trio_profile(pair, folder: Path, extra: str = "", slurm: str = "") -> Path:
     return profile
 
 
+@pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
 def test_a_node_that_fails_the_gate_is_left_out_and_avoided_and_the_run_finishes_on_the_others(  # type: ignore[no-untyped-def]
-        second_pair, tmp_path: Path) -> None:
+        second_pair, tmp_path: Path, launcher: str) -> None:
+    """Under submitit the new job is submitted from the run's submission (submitit's pickles are named by job id)."""
     head, bad = second_pair.nodes
     spare = second_pair.third
     profile = _trio_profile(second_pair, tmp_path, f"rendezvous:\n  port: {PORT}\n")
     run_dir, env = tmp_path / "run", second_pair.env
     with _dropped_to(bad, second_pair.address(head)):
-        done = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir", str(run_dir), "--",
+        done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--run-dir", str(run_dir), "--",
                        "--epochs", "1", "--max-steps", "5", env=env, cwd=tmp_path, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     first, second = re.search(rf"job (\d+): its health gate found nodes unfit \({bad}: cannot reach the head "
@@ -91,9 +93,9 @@ def test_a_node_that_fails_the_gate_is_left_out_and_avoided_and_the_run_finishes
                      rf"reach the head", status, re.M), status
     listed = run_cli("nodes", env=env)
     assert listed.stdout.startswith(f"{bad} on launchtest, avoided until "), listed.stdout
-    render = run_cli("render", "--profile", str(profile), "--launcher", "sbatch", env=env, cwd=tmp_path).stdout
+    render = run_cli("render", "--profile", str(profile), "--launcher", launcher, env=env, cwd=tmp_path).stdout
     assert render.splitlines()[-1].startswith(f"launch excludes {bad} on launchtest, avoided until "), render
-    again = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir", str(tmp_path / "next"),
+    again = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--run-dir", str(tmp_path / "next"),
                     "--detach", "--", "--epochs", "1", "--max-steps", "5", env=env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     job = re.search(r"job (\d+) submitted", again.stdout).group(1)  # type: ignore[union-attr]
@@ -102,7 +104,7 @@ def test_a_node_that_fails_the_gate_is_left_out_and_avoided_and_the_run_finishes
     subprocess.run(["scancel", job], capture_output=True, timeout=60, env={**os.environ, **env})
     assert f"ExcNodeList={bad}" in shown, "the next submission excludes the avoided node"
     assert run_cli("nodes", "--clear", bad, env=env).stdout.strip() == f"forgot {bad} on launchtest"
-    assert "launch excludes" not in run_cli("render", "--profile", str(profile), "--launcher", "sbatch", env=env,
+    assert "launch excludes" not in run_cli("render", "--profile", str(profile), "--launcher", launcher, env=env,
                                             cwd=tmp_path).stdout
     assert wait_for(lambda: not processes_mentioning(str(run_dir)), 30), "nothing of either job is left"
 

@@ -181,7 +181,8 @@ def test_submitit_plan_is_one_task_per_process_running_the_code(write_profile) -
     path = write_profile("extends: slurm-2x4\nenv:\n  HF_TOKEN: hunter2\nslurm:\n  extra_sbatch:\n    comment: x\n")
     plan = build_plan(load_profile(str(path)), "accelerate", run_dir="/r", python="py", workdir="/w")
     job = plan.job
-    assert job.backend == "submitit" and plan.files == ()
+    (submission,) = plan.files  # what the health gate submits again, without a node it finds unfit
+    assert job.backend == "submitit" and submission.path == "/r/submission.json" and "hunter2" not in submission.text
     parameters = dict(job.parameters)
     assert (parameters["nodes"], parameters["ntasks_per_node"], parameters["gpus_per_node"]) == (2, 4, 4)
     assert parameters["cpus_per_task"] == 8 and parameters["mem"] == "200G" and parameters["time"] == 120

@@ -148,11 +148,12 @@ def build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
 def _build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
     env = plan_env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
     job = submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir, code=inputs.code, env=env,
-                       workdir=inputs.workdir, python=inputs.python, setup_python=inputs.setup_python)
+                       workdir=inputs.workdir, python=inputs.python, setup_python=inputs.setup_python,
+                       gated=not inputs.checking)
     own = tuple(containers.files(inputs.profile, run_dir=inputs.run_dir, workdir=inputs.workdir))  # the runtime's
-    if inputs.profile.slurm is not None and inputs.profile.slurm.login is not None:  # submitted there, from a file
-        own += (PlanFile(path=str(PurePath(inputs.run_dir, submission.FILE)),
-                         text=submission_of(job, inputs.profile).to_json()),)
+    # submitted from this file through the login host; and by the health gate, again without unfit nodes
+    own += (PlanFile(path=str(PurePath(inputs.run_dir, submission.FILE)),
+                     text=submission_of(job, inputs.profile).to_json()),)
     return make_plan(inputs, env, replace(job, files=own))
 
 

@@ -57,19 +57,12 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them.
     ``python`` runs the health gate and the node_setup lines on each node (``gate``: where the profile has one)."""
     lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
-    port = profile.rendezvous.port
     lines.append("set -euo pipefail")
     lines += site_log_link(profile, run_dir)
     if profile.slurm is not None and profile.slurm.cpus_per_task:
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from the batch job: hand it on.
         lines.append(HAND_ON_CPUS)
-    lines += [
-        "# The head node (first host of the allocation) hosts the rendezvous; fail here, not in a hung rendezvous.",
-        f'hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"  # not piped into head: under pipefail its SIGPIPE could fail the job',
-        "MASTER_ADDR=\"${hosts%%$'\\n'*}\"",
-        'if [ -z "$MASTER_ADDR" ]; then echo "launch: no head node in $SLURM_JOB_NODELIST" >&2; exit 1; fi',
-        f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
-    ]
+    lines += head_lines(profile)
     lines += env_exports(profile, node.env)
     srun = ["srun", "--kill-on-bad-exit=1", f"--output={run_dir}/logs/node-%n.out",
             *(profile.slurm.srun_args if profile.slurm is not None else ()),
@@ -93,6 +86,18 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
               *recheck_verdict(profile)]
     lines += job_end(profile, python, run_dir)
     return "\n".join(lines) + "\n"
+
+
+def head_lines(profile: Profile) -> list[str]:
+    """The job's hosts (``$hosts``, in node order) and its head, MASTER_ADDR:MASTER_PORT, found in the batch shell."""
+    port = profile.rendezvous.port
+    return [
+        "# The head node (first host of the allocation) hosts the rendezvous; fail here, not in a hung rendezvous.",
+        f'hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"  # not piped into head: under pipefail its SIGPIPE could fail the job',
+        "MASTER_ADDR=\"${hosts%%$'\\n'*}\"",
+        'if [ -z "$MASTER_ADDR" ]; then echo "launch: no head node in $SLURM_JOB_NODELIST" >&2; exit 1; fi',
+        f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
+    ]
 
 
 def _batch_job(python: str, action: str, run_dir: str, *options: str) -> list[str]:
@@ -129,11 +134,12 @@ def time_limit_trap(profile: Profile, python: str, run_dir: str) -> list[str]:
             f"{slurm.requeue_signal}"]
 
 
-def health_gate_step(profile: Profile, python: str, run_dir: str) -> list[str]:
+def health_gate_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = ()) -> list[str]:
     """The health gate (the profile's ``health:``): a short step per node before any rank starts, whose lines the
     batch shell judges (``slurm_batch gate``); where nodes are unfit, the run goes on in a job submitted again
-    without them, and this one ends here. Empty where the profile turns it off."""
-    gate = _gate_pipeline(profile, python, run_dir)
+    without them (by ``resubmit``, given --exclude; by default sbatch with the run's job.sbatch), and this one ends
+    here. Empty where the profile turns it off."""
+    gate = _gate_pipeline(profile, python, run_dir, resubmit)
     if not gate:
         return []
     return ["# The health gate (health: in the profile): a short step per node before any rank starts. Where a node",
@@ -166,11 +172,11 @@ def _spares_given_back(profile: Profile, run_dir: str) -> list[str]:
             "  launch_status=1", "fi", f"rm -f {kept} {resize}.sh {resize}.csh"]
 
 
-def health_recheck_step(profile: Profile, python: str, run_dir: str) -> list[str]:
+def health_recheck_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = ()) -> list[str]:
     """After the ranks failed (not at a stop the time limit asked for, nor at a SIGTERM): the health gate again, to tell a node gone
     bad mid-run (its links broken while SLURM still reaches it) from the code's own failure. Where a node is unfit,
     the run goes on without it, as after the first gate; else the failure stands. Sets ``launch_recheck``."""
-    gate = _gate_pipeline(profile, python, run_dir, "--after-failure", "$launch_status")
+    gate = _gate_pipeline(profile, python, run_dir, resubmit, "--after-failure", "$launch_status")
     if not gate:
         return []
     return ["# The ranks failed: the health gate again. A node it finds unfit is left out and the run goes on from its",
@@ -190,9 +196,10 @@ def recheck_verdict(profile: Profile) -> list[str]:
     return ['[ "$launch_recheck" = 3 ] && exit 0; [ "$launch_recheck" = 0 ] || exit "$launch_recheck"']
 
 
-def _gate_pipeline(profile: Profile, python: str, run_dir: str, *judged: str) -> str:
+def _gate_pipeline(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...], *judged: str) -> str:
     """One step per node of the health gate, piped to its judge (with ``judged`` options, a ``$name`` among them
-    expanded by the batch shell); empty where the profile turns the gate off."""
+    expanded by the batch shell; ``resubmit``: the command that submits the run's job again, where not sbatch);
+    empty where the profile turns the gate off."""
     health = profile.health
     if profile.slurm is None or not health.enabled:
         return ""
@@ -210,7 +217,9 @@ def _gate_pipeline(profile: Profile, python: str, run_dir: str, *judged: str) ->
     exclude = exclude_list(profile)
     judge = _batch_job(python, "gate", run_dir, "--budget-s", f"{health.budget_s:g}", "--max-node-failures",
                        str(profile.slurm.max_node_failures), "--avoid-hours", f"{health.avoid_hours:g}",
-                       "--script", str(PurePosixPath(run_dir, SCRIPT)), *(["--exclude", exclude] if exclude else []),
+                       *(["--resubmit", shlex.join(resubmit)] if resubmit else
+                         ["--script", str(PurePosixPath(run_dir, SCRIPT))]),
+                       *(["--exclude", exclude] if exclude else []),
                        *(["--train-nodes", str(profile.nodes)] if spare else []))
     words = [*step, "|", *judge, "--hosts", "$hosts", *judged]
     return " ".join(word if word in size or word == "|" else f'"{word}"' if word.startswith("$") else shlex.quote(word)

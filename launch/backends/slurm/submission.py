@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from launch.backends.slurm.task_bootstrap import Bootstrap
 
 FILE = "submission.json"  # in the run folder (a sweep's: in its folder), where the cluster's Python reads it
+MODULE = "launch.backends.slurm.submission"  # what submits it there (through the login host; the health gate's
+# resubmission without unfit nodes, on the cluster)
 NO_SUBMITIT = 85  # the command's exit status where submitit cannot be imported (sbatch's refusal: 1)
 NOT_SUBMITTED = 84  # ... where submitit could not take the submission, or answered ids not its own
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 import shlex
 import signal
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
+from launch.backends.slurm import submission
 from launch.backends.slurm.options import submitit_allocation
-from launch.backends.slurm.sbatch_script import env_exports, node_setup_step
+from launch.backends.slurm.sbatch_script import (
+    env_exports,
+    head_lines,
+    health_gate_step,
+    health_recheck_step,
+    job_start,
+    node_setup_step,
+    recheck_verdict,
+)
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submission import Submission
 from launch.core import containers, site_shell
@@ -38,7 +47,9 @@ class SubmititJob:
     env_in_script: bool = False  # the batch script exports ``env`` before the profile's setup; the tasks inherit it
     requeue_signal: str = "USR2"
     max_num_timeout: int = 0  # submitit's requeues after a time limit
-    files: tuple[PlanFile, ...] = ()  # through the login host: the submission, submitted there from its file
+    files: tuple[PlanFile, ...] = ()  # the submission, submitted from its file there (through the login host; the
+    # health gate's resubmission)
+    gate: tuple[str, ...] = ()  # the batch script's lines of the health gate (and its check after a failure)
     remote: Remote | None = None  # submitted through the cluster's login host (slurm.login); None: here
 
     def derivation(self) -> tuple[tuple[str, str], ...]:
@@ -79,7 +90,7 @@ def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | N
 
 
 def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target, env: tuple[tuple[str, str], ...],
-                 workdir: str, python: str, setup_python: str) -> SubmititJob:
+                 workdir: str, python: str, setup_python: str, gated: bool = True) -> SubmititJob:
     """The submitit job; with the profile's shell, the batch script exports the plan's variables, runs the
     modules, setup and node_setup before the tasks (which start where setup left the shell) and ``after`` after
     them, also when a node's set-up failed."""
@@ -87,14 +98,25 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     python_path = dict(env).get("PYTHONPATH")
     if python_path is not None and not profile.has_shell:  # what each task's python imports from (an image's)
         setup = env_exports(profile, (("PYTHONPATH", python_path),))
+    # the job recorded as it starts (the nodes a requeue lost), then the health gate before the tasks; where a node
+    # is unfit the run goes on in a job submitted again from the run's submission (submitit's pickles are named by
+    # job id: a job of its own, not sbatch of this script)
+    resubmit = (setup_python, "-m", submission.MODULE, str(PurePosixPath(run_dir, submission.FILE)))
+    gate = health_gate_step(profile, setup_python, run_dir, resubmit) if gated else []
+    gate = [*head_lines(profile), *job_start(profile, setup_python, run_dir), *gate] if gate else []
+    recheck = health_recheck_step(profile, setup_python, run_dir, resubmit) if gated else []
     if profile.has_shell:
         after = site_shell.after_block(profile)
         setup = [f"cd {shlex.quote(workdir)}", *env_exports(profile, env), *site_shell.setup_block(profile, run_dir),
-                 "set +e", *node_setup_step(profile, setup_python, run_dir,
-                                            then=['launch_status=$?', *after, 'exit "$launch_status"'])]
+                 "set +e", *gate, *node_setup_step(profile, setup_python, run_dir,
+                                                   then=['launch_status=$?', *after, 'exit "$launch_status"'])]
+    else:
+        setup += gate
+    teardown = ["launch_status=$?", *recheck, *site_shell.after_block(profile),
+                *(recheck_verdict(profile) if recheck else []), 'exit "$launch_status"'] if recheck or profile.after else []
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
-                       parameters=executor_parameters(profile, job_name=job_name, setup=setup,
-                                                      teardown=_keeping_status(site_shell.after_block(profile)),
+                       gate=(*gate, *recheck, *(recheck_verdict(profile) if recheck else [])),
+                       parameters=executor_parameters(profile, job_name=job_name, setup=setup, teardown=teardown,
                                                       container=containers.srun_options(profile, run_dir=run_dir,
                                                                                         workdir=workdir)),
                        code=code, env=env, workdir=workdir, port=profile.rendezvous.port,
@@ -109,11 +131,6 @@ def _timeouts(profile: Profile) -> int:
     """submitit's requeues after a time limit: none where the run stops there (slurm.on_time_limit: stop)."""
     slurm = profile.slurm
     return 0 if slurm is None or slurm.on_time_limit == "stop" else slurm.max_timeouts
-
-
-def _keeping_status(lines: list[str]) -> list[str]:
-    """Teardown lines that leave the batch script's exit status the tasks' (srun's), as without them."""
-    return ["launch_status=$?", *lines, 'exit "$launch_status"'] if lines else []
 
 
 def submission_of(job: SubmititJob, profile: Profile) -> Submission:

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from launch.backends import ArraySweep, Backend
 
 ARRAY_FOLDER = "submitit"  # submitit's folder for the whole array, in the sweep folder
-SUBMIT_THERE = "launch.backends.slurm.submission"  # what the cluster's Python runs, through the login host
 
 
 @contextmanager
@@ -81,7 +80,7 @@ def _submit(plan: LaunchPlan[SubmititJob], exclude: str = "") -> str:
 
 def _submit_argv(remote: Remote) -> tuple[str, ...]:
     """The cluster's Python submitting the submission in the run folder (a sweep's folder) there."""
-    return (remote.submitter or remote.python, "-m", SUBMIT_THERE, str(PurePosixPath(remote.run_dir,
+    return (remote.submitter or remote.python, "-m", submission.MODULE, str(PurePosixPath(remote.run_dir,
                                                                                      submission.FILE)))
 
 
@@ -161,7 +160,10 @@ def _array(plans: Sequence[LaunchPlan[SubmititJob]], folder: str, parallel: int)
                           "profile's shell (modules, setup, node_setup, after) would run with point 0's run folder "
                           "and variables in each", "use --launcher sbatch: each point runs its own batch script")
     remote = through_login.array_remote(plans, folder)
-    parameters = dict(job.parameters)
+    parameters = dict(job.parameters)  # one batch script for every point: the health gate's would be point 0's
+    parameters.update({key: [line for line in parameters.get(key) or [] if line not in job.gate] or None  # type: ignore[attr-defined]
+                       for key in ("setup", "teardown")})
+    parameters = {key: value for key, value in parameters.items() if value is not None}
     parameters["job_name"] = remote.job_name if remote is not None else job_name(plans[0].profile, "sweep")
     parameters["array_parallelism"] = parallel
     there = remote.run_dir if remote is not None else folder
