@@ -1,11 +1,13 @@
-"""Bad nodes on the real SLURM test cluster, partition trio2 (n3, n4 and n5), under the sbatch launcher:
+"""Bad nodes on the real SLURM test cluster, partition trio2 (n3, n4 and n5):
 
 - a node made bad for real (nftables in its network namespace drops its packets to the head's rendezvous port),
   found unfit by the health gate as the job starts, left out, and the run finished on the good nodes; the node
-  named by `status`, excluded by the next submission (SLURM's ExcNodeList) until `launch nodes --clear` forgets it;
+  named by `status`, excluded by the next submission (SLURM's ExcNodeList) until `launch nodes --clear` forgets it
+  (under both launchers); with a spare node, the same job trains on the fit ones and gives the bad one back;
 - a node killed mid-training (every process in its namespace, slurmd too): SLURM requeues the job (NODE_FAIL),
   which starts again on the other nodes, records the node as lost and avoids it, and resumes from the last
-  checkpoint, repeating the killed job's losses step for step;
+  checkpoint, repeating the killed job's losses step for step; where requeue is not allowed, the job chained
+  after it takes the run over;
 - a node whose links to the head break mid-training while SLURM still reaches it (nftables lets only SLURM's own
   ports through): the collectives time out, the gate run again after the failure finds the node unfit, and the
   run goes on from its checkpoint in a job submitted again without it."""
