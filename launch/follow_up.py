@@ -64,8 +64,8 @@ def health_lines(run_dir: Path) -> list[str]:
     from launch.backends.slurm import avoided, cluster
 
     try:
-        found = avoided.listed(cluster.of(layout.read_json(run_dir / layout.STATE) or {}), verdict.cluster) \
-            if verdict.cluster else []
+        found = avoided.listed(cluster.of(layout.read_json(run_dir / layout.STATE) or {}), verdict.cluster,
+                               timeout_s=15) if verdict.cluster else []
     except SubmitError:  # the login host does not answer now: the gate's own lines still say the most
         found = []
     return [*verdict.lines(), *(["nodes avoided on this cluster (python -m launch nodes):"] if found else []),

@@ -17,7 +17,8 @@ UNFIT = "unfit nodes"  # how a job ended whose health gate found nodes unfit (th
 FAILED_ON_UNFIT = "failed on unfit nodes"  # its ranks failed, and the gate run again found nodes unfit (then: resubmitted)
 NODE_FAILED = "node failure"  # SLURM ended it (NODE_FAIL) without a requeue; then: chained, the next took over
 GOES_ON = ("chained", "resubmitted")  # after these, the run goes on in the job named ``next``
-RECHECKING = "rechecking"  # after its ranks failed, the job runs its health gate again, until ``until`` at most
+SKIPPED = "skipped"  # a chained job that found its run over as it started (it exits at once)
+RECHECKING = "rechecking"  # after its ranks failed, the job runs its health gate again (its batch shell is alive)
 BAD_NODE_EVENTS = ("gate", "lost")  # lines naming nodes found bad (``unfit``: host -> why): its gate, a node lost
 
 
@@ -103,10 +104,14 @@ def unfit_nodes(run_dir: Path) -> dict[str, str]:
     return found
 
 
-def rechecking(run_dir: Path, job_id: str, now: float) -> bool:
-    """Whether ``job_id`` is running its health gate again after its ranks failed (its ranks ended, it has not)."""
-    last: dict[str, Any] = next((record for record in reversed(records(run_dir)) if record["job"] == job_id), {})
-    return last.get("event") == RECHECKING and now < float(last.get("until") or 0)
+def rechecking(run_dir: Path, job_id: str) -> bool:
+    """Whether ``job_id``'s batch shell is past its ranks' failure, checking its nodes again (then its ``after``
+    lines and its end): since its last start, a line says so and none yet says how it ended."""
+    since = [record for record in records(run_dir) if record["job"] == job_id]
+    starts = [index for index, record in enumerate(since) if record.get("event") == "started"]
+    since = since[starts[-1]:] if starts else since
+    checking = [index for index, record in enumerate(since) if record.get("event") == RECHECKING]
+    return bool(checking) and not any(record.get("event") == "ended" for record in since[checking[-1]:])
 
 
 def chained(run_dir: Path, job_id: str) -> str | None:

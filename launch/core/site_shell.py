@@ -109,7 +109,7 @@ def wrapped(profile: Profile, argv: str, *, run_dir: str, python: str) -> str:
               *(f"trap 'launch_signal={number}; [ -z \"$launch_child\" ] || kill -TERM \"$launch_child\" 2>/dev/null' "
                 f"{name}" for name, number in _PASSED_ON),
               *setup_block(profile, run_dir), "set +e", "launch_status=0",
-              *([f"{shlex.join(node_setup)} || launch_status=$?"] if node_setup else []),
+              *([f'[ -n "$launch_signal" ] || {shlex.join(node_setup)} || launch_status=$?'] if node_setup else []),
               'if [ "$launch_status" = 0 ] && [ -z "$launch_signal" ]; then',
               f"  {argv} <&3 3<&- &", "  launch_child=$!",
               '  [ -z "$launch_signal" ] || kill -TERM "$launch_child" 2>/dev/null  # it came as the child started',

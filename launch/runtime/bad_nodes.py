@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from launch.core import avoided_nodes, node_health, run_jobs
-from launch.core.layout import KEPT_NODES, LOGS
+from launch.core.layout import KEPT_NODES, LOGS, REQUEUED, read_json
 from launch.runtime.batch_shell import (
     CHAIN_INDEX,
     RESUBMITTED,
@@ -22,6 +22,7 @@ from launch.runtime.batch_shell import (
     cancel_successor,
     failed,
     job_id,
+    restart_count,
     say,
     submit_again,
 )
@@ -38,6 +39,9 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
     shell) are written down for the batch shell, which gives the others back. ``resubmit``: the command that submits
     the run's job again (submitit's), given ``--exclude NODES``; by default sbatch with ``script``."""
     job = job_id()
+    if after_failure is not None and (why := _not_to_check(run_dir, job, reports)) is not None:
+        say(f"the health gate was not run again after the ranks failed: {why}")
+        return 0
     train_nodes = None if after_failure is not None else train_nodes  # after a failure: the nodes it trained on
     verdict = node_health.judge(reports, hosts, job=job, budget_s=budget_s, seconds=seconds,
                                 cluster=os.environ.get("SLURM_CLUSTER_NAME", ""), after_failure=after_failure)
@@ -55,15 +59,13 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
     if everyone:
         return failed(run_dir, job, "every node failed the health gate: the cause is more likely the profile, the "
                                     "environment or the network than the nodes; nothing is excluded")
-    if not unfit and _kept(hosts, unfit, train_nodes) is None:
-        if verdict.shared:
-            return failed(run_dir, job, f"the health gate failed on every node ({'; '.join(verdict.shared)}): the "
-                                        "cause is more likely the network or the collectives' library than one node; "
-                                        "nothing is excluded")
-        return 0
+    if not unfit and verdict.shared:
+        return failed(run_dir, job, f"the health gate failed on every node ({'; '.join(verdict.shared)}): the "
+                                    "cause is more likely the network or the collectives' library than one node; "
+                                    "nothing is excluded")
     kept = _kept(hosts, unfit, train_nodes)
-    if kept is not None and not unfit:
-        return _keep(run_dir, job, hosts, kept)
+    if not unfit:
+        return 0 if kept is None else _keep(run_dir, job, hosts, kept)
     refused = _count(run_dir, job, {host: f"failed the health gate: {why}" for host, why in unfit.items()},
                      cluster=verdict.cluster, avoid_hours=avoid_hours, max_failures=max_failures)
     if refused is not None:
@@ -72,6 +74,20 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
         return _keep(run_dir, job, hosts, kept)
     return _go_on_without(run_dir, job, unfit, script=script, exclude=exclude, resubmit=resubmit,
                           ended=run_jobs.UNFIT if after_failure is None else run_jobs.FAILED_ON_UNFIT)
+
+
+def _not_to_check(run_dir: Path, job: str, reports: dict[int, dict[str, object]]) -> str | None:
+    """Why the check after a failure says nothing of the nodes, if it does not: the job requeued itself (submitit's
+    first task, at its time limit or a preemption) or is no longer running, or no node's step ran at all."""
+    requeued = read_json(run_dir / REQUEUED) or {}
+    if requeued.get("job") == job and requeued.get("restart") == restart_count() + 1:
+        return "the job requeued itself"
+    state = job_state(job)
+    if state not in (None, "RUNNING"):
+        return f"SLURM lists the job {state}"
+    if not reports:
+        return "no node's step ran (SLURM refused it, or it was ended)"
+    return None
 
 
 def _kept(hosts: list[str], unfit: dict[str, str], train_nodes: int | None) -> list[str] | None:
@@ -124,13 +140,17 @@ def _resubmit(run_dir: Path, job: str, unfit: dict[str, str], *, script: str, ex
     return RUN_OVER
 
 
+def _avoided_file() -> Path:
+    """This user's list of avoided nodes, where the job runs (its home on the cluster)."""
+    return avoided_nodes.file_for(os.environ, Path.home())
+
+
 def exclusions(run_dir: Path, own: str) -> str:
     """sbatch's --exclude for the run's next job: the profile's own (``own``, whole: it may be a hostlist), the
     nodes the run found bad since it was submitted, and those this user's jobs avoid on the cluster now."""
     avoided = []
     try:
-        avoided = [node.node for node in avoided_nodes.current(avoided_nodes.file_for(os.environ, Path.home()),
-                                                               os.environ.get("SLURM_CLUSTER_NAME", ""))]
+        avoided = [node.node for node in avoided_nodes.current(_avoided_file(), os.environ.get("SLURM_CLUSTER_NAME", ""))]
     except OSError:
         pass
     bad = sorted({*run_jobs.unfit_nodes(run_dir), *avoided})
@@ -142,8 +162,7 @@ def _count(run_dir: Path, job: str, bad: dict[str, str], *, cluster: str, avoid_
     """``bad`` nodes (host: why) avoided on the cluster; the run failed (1), naming every node that failed it,
     once that happened more than ``max_failures`` times; else None."""
     try:
-        avoided_nodes.avoid(avoided_nodes.file_for(os.environ, Path.home()), cluster, bad, hours=avoid_hours,
-                            run=str(run_dir))
+        avoided_nodes.avoid(_avoided_file(), cluster, bad, hours=avoid_hours, run=str(run_dir))
     except OSError as error:  # a home that is read-only or full on the nodes: the run still goes on without them
         say(f"the nodes could not be added to the list your next jobs avoid ({error.strerror or error})")
     failures = sum(1 for record in run_jobs.this_submission(run_jobs.records(run_dir))
@@ -179,14 +198,31 @@ def lost_since_last_start(run_dir: Path, hosts: list[str], *, max_failures: int,
 
 def ended_by_node_failure(job: str) -> bool:
     """Whether SLURM ended ``job`` at a node failure (NODE_FAIL) without requeueing it (a site or job without
-    requeue); False where SLURM does not say (it forgot the job: MinJobAge)."""
+    requeue): scontrol says, while it remembers the job (MinJobAge), else the accounting (sacct); False where
+    neither does."""
+    return job_state(job) == "NODE_FAIL" or _accounted_state(job) == "NODE_FAIL"
+
+
+def job_state(job: str) -> str | None:
+    """SLURM's JobState of ``job`` (scontrol), or None where it does not say (it forgot the job, or no answer)."""
     try:
         done = subprocess.run(["scontrol", "show", "job", job, "--oneliner"], capture_output=True, text=True,
                               timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return None
     fields = dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
-    return done.returncode == 0 and fields.get("JobState") == "NODE_FAIL"
+    return fields.get("JobState") if done.returncode == 0 else None
+
+
+def _accounted_state(job: str) -> str | None:
+    """The job's state in SLURM's accounting (``sacct``), where the site keeps one."""
+    try:
+        done = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    states = done.stdout.split()
+    return states[0] if done.returncode == 0 and states else None
 
 
 LOST_STATES = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING"})  # not DRAIN (planned), nor POWERED_DOWN

@@ -81,7 +81,7 @@ def start(run_dir: Path, *, max_chain: int | None, script: str | None, hosts: tu
                 else f"ended ({before.ended})"
             over = "" if before is not None and before.then == "resubmitted" else ": the run is over"
             say(f"job {after}, before this one in the run's chain, {how}{over}; nothing to do")
-            run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": "skipped", "time": time.time(),
+            run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": run_jobs.SKIPPED, "time": time.time(),
                                       "why": f"job {after} ended the run"})
             return RUN_OVER
     (run_dir / STOP_REQUEST).unlink(missing_ok=True)  # a request of an earlier allocation is not for this one
@@ -203,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "gate":  # each node's lines on standard input, while its step runs
         begun = time.monotonic()
         if args.after_failure is not None:  # the ranks have ended, the job has not: `submit` must not end it now
-            run_jobs.append(args.run_dir, {"job": job_id(), "event": run_jobs.RECHECKING, "time": time.time(),
-                                           "until": time.time() + node_health.gate_limit_s(args.budget_s) + 10})
+            run_jobs.append(args.run_dir, {"job": job_id(), "event": run_jobs.RECHECKING, "time": time.time()})
         reports = node_health.read_reports(sys.stdin, echo=sys.stderr)
         return bad_nodes.gate(args.run_dir, reports, hosts=args.hosts.split(), budget_s=args.budget_s,
                     seconds=time.monotonic() - begun, max_failures=args.max_node_failures,

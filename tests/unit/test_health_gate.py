@@ -374,6 +374,59 @@ def test_the_run_goes_on_in_a_job_submitted_again_without_the_unfit_node(tmp_pat
         "nothing is cancelled where no job was chained: above all not the new one"
 
 
+def test_the_check_after_a_failure_says_nothing_where_the_job_requeued_itself_or_no_node_answered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """submitit's first task requeues the job at its time limit (the tasks then end nonzero, the batch shell goes
+    on to its teardown): the nodes are not judged then, nor where SLURM refused the step."""
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    _fake(tmp_path / "bin", monkeypatch, "scontrol", "echo 'JobId=7 JobState=RUNNING Restarts=1'")
+    cut = _report(0, "n1") + _report(1, "n2", problems=("cannot reach the head n1:29500 within the budget",))
+    reports = node_health.read_reports(io.StringIO(cut))
+    (tmp_path / "requeued.json").write_text(json.dumps({"job": "7", "restart": 2, "time": time.time()}))
+    judged = dict(hosts=["n1", "n2"], budget_s=10, seconds=1.0, max_failures=3, avoid_hours=24, script="s",
+                  exclude="", after_failure=1)
+    assert bad_nodes.gate(tmp_path, reports, **judged) == 0  # type: ignore[arg-type]
+    (tmp_path / "requeued.json").unlink()
+    assert bad_nodes.gate(tmp_path, {}, **judged) == 0  # type: ignore[arg-type]
+    assert run_jobs.records(tmp_path) == [] and avoided_nodes.current(_avoided()) == [], "nothing judged"
+    assert node_health.load(tmp_path) is None
+
+
+def test_while_a_job_checks_its_nodes_after_a_failure_submit_does_not_end_it(tmp_path: Path) -> None:
+    run_jobs.append(tmp_path, {"job": "7", "event": "started", "time": 1.0})
+    assert not run_jobs.rechecking(tmp_path, "7")
+    run_jobs.append(tmp_path, {"job": "7", "event": run_jobs.RECHECKING, "time": 2.0})
+    run_jobs.append(tmp_path, {"job": "7", "event": "gate", "unfit": {}, "time": 3.0})
+    assert run_jobs.rechecking(tmp_path, "7"), "its verdict said, it still runs its after lines and its end"
+    run_jobs.append(tmp_path, {"job": "7", "event": "ended", "ended": "failed", "time": 4.0})
+    assert not run_jobs.rechecking(tmp_path, "7")
+    run_jobs.append(tmp_path, {"job": "7", "event": "started", "time": 5.0})
+    assert not run_jobs.rechecking(tmp_path, "7"), "a requeued job's check of before is over"
+
+
+def test_with_spare_nodes_an_all_reduce_failed_everywhere_still_fails_the_job(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    failing = "".join(_report(index, f"n{index + 1}", problems=("the all_reduce over the 3 nodes failed: x",))
+                      for index in range(3))
+    reports = node_health.read_reports(io.StringIO(failing))
+    assert bad_nodes.gate(tmp_path, reports, hosts=["n1", "n2", "n3"], budget_s=10, seconds=1.0, max_failures=3,
+                          avoid_hours=24, script="s", exclude="", train_nodes=2) == 1
+    assert not list(tmp_path.glob("logs/kept-nodes-*")), "no node chosen to train"
+
+
+def test_a_chained_job_that_found_its_run_over_is_no_finish_of_the_run(tmp_path: Path) -> None:
+    from launch.backends.slurm.follow import _record
+    from launch.backends.slurm.state import JobState
+
+    (tmp_path / "state.json").write_text(json.dumps({"backend": "sbatch", "job_id": "10", "status": "running"}))
+    run_jobs.append(tmp_path, {"job": "10", "event": "ended", "ended": run_jobs.SKIPPED, "time": 1.0,
+                               "why": "job 9 ended the run"})
+    _record(tmp_path, "10", JobState(state="COMPLETED", exit_code=0), "sbatch")
+    assert json.loads((tmp_path / "state.json").read_text())["status"] == "failed"
+
+
 def test_a_single_nodes_problem_is_its_own_and_an_all_reduce_failed_everywhere_is_nobodys(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     alone = _judge(_report(0, "n1", problems=("0.10 GB free",)), ["n1"])

@@ -106,9 +106,10 @@ def test_render_shows_env_references_unexpanded_and_says_so(write_profile) -> No
 
 
 def _wrapped_script(write_profile, tmp_path: Path, after: str,  # type: ignore[no-untyped-def]
-                    setup: str = "export FROM_SETUP=yes") -> list[str]:
-    """The local node's bash script, with a stand-in for torchrun that sleeps (and says when it got SIGTERM)."""
-    text = (f"extends: local-cpu\nsetup: [{json.dumps(setup)}]\n"
+                    setup: str = "export FROM_SETUP=yes", more: str = "") -> list[str]:
+    """The local node's bash script, with a stand-in for torchrun (and for the python that runs node_setup, if
+    ``more`` has any) that sleeps (and says when it got SIGTERM)."""
+    text = (f"extends: local-cpu\nsetup: [{json.dumps(setup)}]\n{more}"
             f"after: ['echo \"after: $FROM_SETUP\" > {tmp_path}/after.txt', {json.dumps(after)}]\n")
     plan = build_plan(load_profile(str(write_profile(text))), "ddp", run_dir=str(tmp_path / "run"),
                       python=str(tmp_path / "python"), workdir=str(tmp_path))
@@ -137,13 +138,14 @@ def test_the_local_shell_passes_sigterm_on_runs_after_and_keeps_the_exit_status(
 
 
 def test_a_sigterm_during_the_setup_starts_no_command_and_after_still_runs(write_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    argv = _wrapped_script(write_profile, tmp_path, "true", setup="export FROM_SETUP=yes; echo setting up; sleep 2")
+    argv = _wrapped_script(write_profile, tmp_path, "true", setup="export FROM_SETUP=yes; echo setting up; sleep 2",
+                           more="node_setup: ['true']\n")
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     assert process.stdout is not None
     assert process.stdout.readline() == "setting up\n"
     process.send_signal(signal.SIGTERM)  # `launch cancel` while a setup line (a module load, a copy) still runs
     out, err = process.communicate(timeout=20)
-    assert "ready" not in out, "the command did not start after the SIGTERM"
+    assert "ready" not in out, "neither node_setup nor the command started after the SIGTERM"
     assert (tmp_path / "after.txt").read_text() == "after: yes\n", "after ran: " + err
     assert process.returncode == 128 + signal.SIGTERM
 

@@ -39,23 +39,22 @@ def kept_for(profile: Profile | None) -> tuple[Cluster, str]:
                           job_name="")), python
 
 
-def listed(cluster: Cluster = HERE, name: str | None = None) -> list[AvoidedNode]:
+def listed(cluster: Cluster = HERE, name: str | None = None, timeout_s: float = 120) -> list[AvoidedNode]:
     """The entries not yet expired, of the cluster named ``name`` where named, from the list where ``cluster``'s
-    jobs write it (over the login host's connection where it is behind one)."""
+    jobs write it (over the login host's connection where it is behind one, within ``timeout_s``)."""
     if cluster.remote is None:
         return avoided_nodes.current(here_file(), name)
     done = login_host.run(cluster.remote.login, f"cat {THERE} 2>/dev/null || true",
-                          doing="reading the nodes your jobs avoid there")
+                          doing="reading the nodes your jobs avoid there", timeout_s=timeout_s)
     return avoided_nodes.current_in(done.stdout, name)
 
 
 def for_submission(cluster: Cluster = HERE) -> tuple[AvoidedNode, ...]:
     """The nodes a job submitted to ``cluster`` excludes: those avoided on it, by its ClusterName (asked of SLURM
     only where some node is avoided at all)."""
-    if not listed(cluster):
-        return ()
-    name = cluster_name(cluster)
-    return tuple(listed(cluster, name)) if name else ()
+    every = listed(cluster)
+    name = cluster_name(cluster) if every else None
+    return tuple(node for node in every if node.cluster == name) if name else ()
 
 
 def cluster_name(cluster: Cluster = HERE) -> str | None:

@@ -168,7 +168,7 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     notes = [note for note in run_folder.rank_notes(run_dir) if note.get("time", 0.0) >= current.started - 1]
     if len(notes) < world or any(note.get("status") == "running" for note in notes):
         return None
-    if run_jobs.rechecking(run_dir, job_id, time.time()):  # its batch shell looks for a node gone bad
+    if run_jobs.rechecking(run_dir, job_id):  # its batch shell is past srun, looking for a node gone bad
         return None
     if time.time() - max(note.get("time", 0.0) for note in notes) < ENDED_GRACE_S:
         return None
@@ -187,13 +187,19 @@ def _goes_on_in(run_dir: Path, job_id: str, state: JobState, backend: str) -> st
     """The job the run goes on in after ``job_id`` ended: chained at its time limit, submitted again without bad
     nodes, or chained after a job SLURM ended at a node failure without a requeue (which takes the run over as it
     starts); the run's record follows it."""
-    successor = run_jobs.successor(run_dir, job_id) if state.state == "COMPLETED" \
-        else run_jobs.chained(run_dir, job_id) if state.state == "NODE_FAIL" else None
+    successor = run_jobs.successor(run_dir, job_id) if state.state in ("COMPLETED", "NODE_FAIL") else None
+    if successor is None and state.state == "NODE_FAIL" and _unended(run_dir, job_id):
+        successor = run_jobs.chained(run_dir, job_id)  # its chained job takes over as it starts (or finds it over)
     if successor is not None:
         recorded = layout.read_json(run_dir / layout.STATE) or {}
         layout.write_json_atomic(run_dir / layout.STATE, {**recorded, "backend": backend, "job_id": successor,
                                                       "status": "submitted", "updated": time.time()})
     return successor
+
+
+def _unended(run_dir: Path, job_id: str) -> bool:
+    """Whether ``job_id``'s batch shell never said how it ended (a node failure cut it short)."""
+    return next((job.ended for job in run_jobs.jobs(run_dir) if job.job == job_id), None) is None
 
 
 def _why_it_goes_on(run_dir: Path, job_id: str, state: JobState) -> str:
@@ -217,8 +223,11 @@ def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     status = {"COMPLETED": "finished", "CANCELLED": "cancelled"}.get(state.state, "failed")
     if status == "finished" and _stopped_at_time_limit(run_dir, job_id) is not None:
         status = "stopped"
+    skipped = any(job.job == job_id and job.ended == run_jobs.SKIPPED for job in run_jobs.jobs(run_dir))
+    if skipped:  # a chained job followed after its predecessor's end found the run over: not a finish of its own
+        status = "failed"
     run_folder.close_rank_records(run_dir, cancelled=status == "cancelled")
-    status, exit_code = outcome.ended(run_dir, status, state.exit_code)
+    status, exit_code = outcome.ended(run_dir, status, 1 if skipped else state.exit_code)
     world = (layout.read_json(run_dir / layout.STATE) or {}).get("world_size")
     remote = (layout.read_json(run_dir / layout.STATE) or {}).get(REMOTE_KEY)
     layout.write_json_atomic(run_dir / layout.STATE, {"backend": backend, "job_id": job_id, "status": status,

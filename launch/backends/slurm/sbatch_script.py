@@ -88,13 +88,16 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     return "\n".join(lines) + "\n"
 
 
+_HOSTS_AND_HEAD = (f'hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"', "MASTER_ADDR=\"${hosts%%$'\\n'*}\"")
+
+
 def head_lines(profile: Profile) -> list[str]:
     """The job's hosts (``$hosts``, in node order) and its head, MASTER_ADDR:MASTER_PORT, found in the batch shell."""
     port = profile.rendezvous.port
     return [
         "# The head node (first host of the allocation) hosts the rendezvous; fail here, not in a hung rendezvous.",
-        f'hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"  # not piped into head: under pipefail its SIGPIPE could fail the job',
-        "MASTER_ADDR=\"${hosts%%$'\\n'*}\"",
+        _HOSTS_AND_HEAD[0] + "  # not piped into head: under pipefail its SIGPIPE could fail the job",
+        _HOSTS_AND_HEAD[1],
         'if [ -z "$MASTER_ADDR" ]; then echo "launch: no head node in $SLURM_JOB_NODELIST" >&2; exit 1; fi',
         f"export MASTER_ADDR MASTER_PORT={port if port is not None else port_for_job_shell()}",
     ]
@@ -164,26 +167,27 @@ def _spares_given_back(profile: Profile, run_dir: str) -> list[str]:
             f'if [ -s {kept} ] && (cd {logs} && scontrol update JobId="$SLURM_JOB_ID" NodeList="$(cat {kept})" '
             '>/dev/null); then',
             f"  . {resize}.sh  # SLURM's own: the job's variables as the allocation is now",
-            f'  hosts="$(scontrol show hostnames "${SLURM_NODE_LIST}")"',
-            "  MASTER_ADDR=\"${hosts%%$'\\n'*}\"",
+            *(f"  {line}" for line in _HOSTS_AND_HEAD),
             f'elif [ -s {kept} ]; then',
             '  echo "launch: SLURM did not shrink the job to the nodes the health gate chose (scontrol update '
             'NodeList): no rank starts" >&2',
             "  launch_status=1", "fi", f"rm -f {kept} {resize}.sh {resize}.csh"]
 
 
-def health_recheck_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = ()) -> list[str]:
+def health_recheck_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = (),
+                        ran: str = '[ -n "${launch_step:-}" ] && ') -> list[str]:
     """After the ranks failed (not at a stop the time limit asked for, nor at a SIGTERM): the health gate again, to tell a node gone
     bad mid-run (its links broken while SLURM still reaches it) from the code's own failure. Where a node is unfit,
-    the run goes on without it, as after the first gate; else the failure stands. Sets ``launch_recheck``."""
-    gate = _gate_pipeline(profile, python, run_dir, resubmit, "--after-failure", "$launch_status")
+    the run goes on without it, as after the first gate; else the failure stands. Sets ``launch_recheck``. ``ran``:
+    the shell test that the ranks' step ran at all (not after a node_setup that failed, or spares not given back)."""
+    gate = _gate_pipeline(profile, python, run_dir, resubmit, '--after-failure "$launch_status"')
     if not gate:
         return []
     return ["# The ranks failed: the health gate again. A node it finds unfit is left out and the run goes on from its",
             "# checkpoint without it; where every node is fit, the failure is the run's own.",
             "launch_recheck=0",
             # not after a stop asked for at the time limit, nor after a SIGTERM (a cancel, a preemption)
-            f'if [ "$launch_status" != 0 ] && [ "$launch_status" != 143 ] && '
+            f'if [ "$launch_status" != 0 ] && [ "$launch_status" != 143 ] && {ran}'
             f'[ ! -e {shlex.quote(str(PurePosixPath(run_dir, STOP_REQUEST)))} ]; then',
             f"  {gate}", '  launch_recheck="${PIPESTATUS[1]}"', "fi"]
 
@@ -196,21 +200,22 @@ def recheck_verdict(profile: Profile) -> list[str]:
     return ['[ "$launch_recheck" = 3 ] && exit 0; [ "$launch_recheck" = 0 ] || exit "$launch_recheck"']
 
 
-def _gate_pipeline(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...], *judged: str) -> str:
-    """One step per node of the health gate, piped to its judge (with ``judged`` options, a ``$name`` among them
-    expanded by the batch shell; ``resubmit``: the command that submits the run's job again, where not sbatch);
-    empty where the profile turns the gate off."""
+def _gate_pipeline(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...], expanded: str = "") -> str:
+    """One step per node of the health gate, piped to its judge (``expanded``: more of the judge's options, as
+    shell words the batch shell expands; ``resubmit``: the command that submits the run's job again, where not
+    sbatch); empty where the profile turns the gate off."""
     health = profile.health
     if profile.slurm is None or not health.enabled:
         return ""
     checks = [check for check in health.checks if profile.container is None or check not in CONTAINED_CHECKS]
     spare = profile.slurm.spare_nodes
     # with spare nodes, on the allocation as it is: all of it as the job starts, the nodes kept once it shrank
-    size = ['--nodes="$SLURM_JOB_NUM_NODES"', '--ntasks="$SLURM_JOB_NUM_NODES"'] if spare else \
-        [f"--nodes={profile.nodes}", f"--ntasks={profile.nodes}"]
-    step = ["timeout", "-k", "5", str(int(node_health.gate_limit_s(health.budget_s))), "srun", *size,
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", python, "-m", HEALTH_GATE, "--run-dir", run_dir, "--checks", ",".join(checks),
-            "--budget-s", f"{health.budget_s:g}", "--min-free-memory-gb", f"{health.min_free_memory_gb:g}",
+    size = '--nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES"' if spare else \
+        shlex.join([f"--nodes={profile.nodes}", f"--ntasks={profile.nodes}"])
+    limit = ["timeout", "-k", "5", str(int(node_health.gate_limit_s(health.budget_s))), "srun"]
+    step = ["--ntasks-per-node=1", "--kill-on-bad-exit=0", python, "-m", HEALTH_GATE, "--run-dir", run_dir,
+            "--checks", ",".join(checks), "--budget-s", f"{health.budget_s:g}",
+            "--min-free-memory-gb", f"{health.min_free_memory_gb:g}",
             "--min-free-disk-gb", f"{health.min_free_disk_gb:g}", "--device", profile.device,
             *(["--per-node", str(profile.procs_per_node)] if profile.device == "cuda" else []),  # GPUs counted
             "--backend", profile.dist_backend]
@@ -221,9 +226,8 @@ def _gate_pipeline(profile: Profile, python: str, run_dir: str, resubmit: tuple[
                          ["--script", str(PurePosixPath(run_dir, SCRIPT))]),
                        *(["--exclude", exclude] if exclude else []),
                        *(["--train-nodes", str(profile.nodes)] if spare else []))
-    words = [*step, "|", *judge, "--hosts", "$hosts", *judged]
-    return " ".join(word if word in size or word == "|" else f'"{word}"' if word.startswith("$") else shlex.quote(word)
-                    for word in words)
+    return f'{shlex.join(limit)} {size} {shlex.join(step)} | {shlex.join(judge)} --hosts "$hosts"' + \
+        (f" {expanded}" if expanded else "")
 
 
 def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:

@@ -104,7 +104,7 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     resubmit = (setup_python, "-m", submission.MODULE, str(PurePosixPath(run_dir, submission.FILE)))
     gate = health_gate_step(profile, setup_python, run_dir, resubmit) if gated else []
     gate = [*head_lines(profile), *job_start(profile, setup_python, run_dir), *gate] if gate else []
-    recheck = health_recheck_step(profile, setup_python, run_dir, resubmit) if gated else []
+    recheck = health_recheck_step(profile, setup_python, run_dir, resubmit, ran="") if gated else []  # tasks ran
     if profile.has_shell:
         after = site_shell.after_block(profile)
         setup = [f"cd {shlex.quote(workdir)}", *env_exports(profile, env), *site_shell.setup_block(profile, run_dir),
