@@ -205,24 +205,28 @@ def ended_by_node_failure(job: str) -> bool:
 
 def job_state(job: str) -> str | None:
     """SLURM's JobState of ``job`` (scontrol), or None where it does not say (it forgot the job, or no answer)."""
-    try:
-        done = subprocess.run(["scontrol", "show", "job", job, "--oneliner"], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    fields = dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
-    return fields.get("JobState") if done.returncode == 0 else None
+    said = _slurm_says("scontrol", "show", "job", job, "--oneliner")
+    return None if said is None else _fields(said).get("JobState")
 
 
 def _accounted_state(job: str) -> str | None:
     """The job's state in SLURM's accounting (``sacct``), where the site keeps one."""
+    states = (_slurm_says("sacct", "-X", "-n", "-P", "-o", "State", "-j", job) or "").split()
+    return states[0] if states else None
+
+
+def _slurm_says(*argv: str) -> str | None:
+    """What a SLURM command printed, or None where it failed, is missing or did not answer within 30 s."""
     try:
-        done = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job], capture_output=True, text=True,
-                              timeout=30)
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    states = done.stdout.split()
-    return states[0] if done.returncode == 0 and states else None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _fields(said: str) -> dict[str, str]:
+    """scontrol's ``--oneliner`` words, NAME=VALUE."""
+    return dict(word.split("=", 1) for word in said.split() if "=" in word)
 
 
 LOST_STATES = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING"})  # not DRAIN (planned), nor POWERED_DOWN
@@ -231,14 +235,9 @@ LOST_STATES = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING"})  # not DR
 def node_down(host: str) -> str | None:
     """Why SLURM lists ``host`` as down, failing or not responding (its state and reason); None where it does
     not, or does not answer."""
-    try:
-        done = subprocess.run(["scontrol", "show", "node", host, "--oneliner"], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+    said = _slurm_says("scontrol", "show", "node", host, "--oneliner")
+    state = _fields(said or "").get("State", "")
+    if said is None or not set(state.split("+")) & LOST_STATES:
         return None
-    fields = dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
-    state = fields.get("State", "")
-    if done.returncode != 0 or not set(state.split("+")) & LOST_STATES:
-        return None
-    reason = done.stdout.split("Reason=", 1)[1].split(" [")[0].strip() if "Reason=" in done.stdout else ""
+    reason = said.split("Reason=", 1)[1].split(" [")[0].strip() if "Reason=" in said else ""
     return f"SLURM lists it {state}" + (f": {reason}" if reason else "")

@@ -105,6 +105,7 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     gate = health_gate_step(profile, setup_python, run_dir, resubmit) if gated else []
     gate = [*head_lines(profile), *job_start(profile, setup_python, run_dir), *gate] if gate else []
     recheck = health_recheck_step(profile, setup_python, run_dir, resubmit, ran="") if gated else []  # tasks ran
+    verdict = recheck_verdict(profile) if recheck else []
     if profile.has_shell:
         after = site_shell.after_block(profile)
         setup = [f"cd {shlex.quote(workdir)}", *env_exports(profile, env), *site_shell.setup_block(profile, run_dir),
@@ -113,9 +114,9 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     else:
         setup += gate
     teardown = ["launch_status=$?", *recheck, *site_shell.after_block(profile),
-                *(recheck_verdict(profile) if recheck else []), 'exit "$launch_status"'] if recheck or profile.after else []
+                *verdict, 'exit "$launch_status"'] if recheck or profile.after else []
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
-                       gate=(*gate, *recheck, *(recheck_verdict(profile) if recheck else [])),
+                       gate=(*gate, *recheck, *verdict),
                        parameters=executor_parameters(profile, job_name=job_name, setup=setup, teardown=teardown,
                                                       container=containers.srun_options(profile, run_dir=run_dir,
                                                                                         workdir=workdir)),
