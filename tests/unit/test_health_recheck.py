@@ -21,11 +21,12 @@ from tests.helpers import run_cli
 pytestmark = pytest.mark.unit
 
 SRUN = """#!/bin/sh
-# srun: the health gate's step prints the next answer in $GATES; the training step fails with $TRAINING_STATUS
+# srun: the health gate's step prints the next answer in $GATES; the training step fails with $TRAINING_STATUS,
+# after a SIGTERM to the batch shell (its parent) where $CANCELLED is set, as SLURM sends at a cancel
 case "$*" in
   *launch.runtime.health_gate*)
     n=$(( $(cat "$GATES/count" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$GATES/count"; cat "$GATES/$n" ;;
-  *) echo "training step" >> "$SAID"; exit "$TRAINING_STATUS" ;;
+  *) echo "training step" >> "$SAID"; [ -z "$CANCELLED" ] || kill -TERM "$PPID"; exit "$TRAINING_STATUS" ;;
 esac
 """
 SBATCH = '#!/bin/sh\necho "sbatch $* resubmitted=${LAUNCH_RESUBMITTED:-}" >> "$SAID"; echo "${JOB:-42}"\n'
@@ -71,13 +72,14 @@ def _batch_job(tmp_path: Path, write_profile, extra: str = "", hosts: str = "n1\
     assert done.returncode == 0, done.stderr
     (tmp_path / "said").unlink()
 
-    def run(*answers: str, training: int = 1) -> subprocess.CompletedProcess[str]:
+    def run(*answers: str, training: int = 1, cancelled: bool = False) -> subprocess.CompletedProcess[str]:
         for index, answer in enumerate(answers, 1):
             (gates / str(index)).write_text(answer)
         return subprocess.run(["bash", str(run_dir / "job.sbatch")], capture_output=True, text=True, timeout=120,
                               env={**os.environ, **env, "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n[1-3]",
                                    "SLURM_JOB_NUM_NODES": "3", "SLURM_CLUSTER_NAME": "c", "SLURM_CPUS_PER_TASK": "1",
-                                   "TRAINING_STATUS": str(training), "JOB": "99"})
+                                   "TRAINING_STATUS": str(training), "JOB": "99",
+                                   "CANCELLED": "1" if cancelled else ""})
     run.run_dir = run_dir  # type: ignore[attr-defined]
     run.said = tmp_path / "said"  # type: ignore[attr-defined]
     return run
@@ -115,14 +117,23 @@ def test_a_failure_on_nodes_that_are_all_fit_stays_the_runs_own(job) -> None:  #
 
 
 def test_no_check_runs_after_a_sigterm_nor_after_a_run_that_finished(job) -> None:  # type: ignore[no-untyped-def]
-    done = job(FIT, CUT_OFF, training=143)  # a cancel or a preemption: the job is ending anyway
+    done = job(FIT, CUT_OFF, training=143, cancelled=True)  # a cancel or a preemption: the job is ending anyway
     assert done.returncode == 143, done.stderr
+    assert "launch: SIGTERM: the tasks end, then the after lines run" in done.stderr
     assert (job.run_dir.parent / "gates" / "count").read_text().strip() == "1", "the gate ran once, as the job began"
     (job.run_dir.parent / "gates" / "count").unlink()
     job.said.unlink()
     done = job(FIT, CUT_OFF, training=0)
     assert done.returncode == 0 and job.said.read_text().splitlines() == ["training step", "after"], done.stderr
     assert (job.run_dir.parent / "gates" / "count").read_text().strip() == "1"
+
+
+def test_a_143_of_tasks_srun_ended_after_another_failed_is_checked_like_any_failure(job) -> None:  # type: ignore[no-untyped-def]
+    """srun reports 143 where the tasks it ended (--kill-on-bad-exit) died of its SIGTERM: no cancel of the job."""
+    done = job(FIT, CUT_OFF, training=143)
+    assert done.returncode == 0, done.stderr
+    assert job.said.read_text().splitlines() == [
+        "training step", f"sbatch --parsable --exclude=n2 {job.run_dir / 'job.sbatch'} resubmitted=42", "after"]
 
 
 def test_with_a_spare_node_the_job_gives_back_the_one_the_gate_found_unfit_and_trains_on_the_others(

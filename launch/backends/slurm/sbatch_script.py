@@ -74,7 +74,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
               *node_setup_step(profile, python, run_dir, then=["launch_status=$?"]), *time_limit_trap(profile, python,
                                                                                                      run_dir)]
     if profile.after:  # the batch shell outlives a SIGTERM, to run `after`
-        lines.append("trap 'echo \"launch: SIGTERM: the tasks end, then the after lines run\" >&2' TERM")
+        lines.append("trap 'launch_term=1; echo \"launch: SIGTERM: the tasks end, then the after lines run\" >&2' TERM")
     lines += ['if [ "$launch_status" = 0 ]; then',
               "  # One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank. In the",
               "  # background, so that a signal's trap runs at once (a trap waits for a command in the foreground).",
@@ -176,7 +176,8 @@ def _spares_given_back(profile: Profile, run_dir: str) -> list[str]:
 
 def health_recheck_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = (),
                         ran: str = '[ -n "${launch_step:-}" ] && ') -> list[str]:
-    """After the ranks failed (not at a stop the time limit asked for, nor at a SIGTERM): the health gate again, to tell a node gone
+    """After the ranks failed (not at a stop the time limit asked for, nor after the batch shell's own SIGTERM, which a
+    TERM trap notes in ``launch_term``; a shell without one dies of it): the health gate again, to tell a node gone
     bad mid-run (its links broken while SLURM still reaches it) from the code's own failure. Where a node is unfit,
     the run goes on without it, as after the first gate; else the failure stands. Sets ``launch_recheck``. ``ran``:
     the shell test that the ranks' step ran at all (not after a node_setup that failed, or spares not given back)."""
@@ -186,8 +187,9 @@ def health_recheck_step(profile: Profile, python: str, run_dir: str, resubmit: t
     return ["# The ranks failed: the health gate again. A node it finds unfit is left out and the run goes on from its",
             "# checkpoint without it; where every node is fit, the failure is the run's own.",
             "launch_recheck=0",
-            # not after a stop asked for at the time limit, nor after a SIGTERM (a cancel, a preemption)
-            f'if [ "$launch_status" != 0 ] && [ "$launch_status" != 143 ] && {ran}'
+            # not after a stop asked for at the time limit, nor after a SIGTERM to the batch shell (a cancel, a
+            # preemption); 143 alone says nothing: srun reports it for the tasks it ended after one failed
+            f'if [ "$launch_status" != 0 ] && [ -z "${{launch_term:-}}" ] && {ran}'
             f'[ ! -e {shlex.quote(str(PurePosixPath(run_dir, STOP_REQUEST)))} ]; then',
             f"  {gate}", '  launch_recheck="${PIPESTATUS[1]}"', "fi"]
 

@@ -60,7 +60,7 @@ class SubmititJob:
                 ("MASTER_ADDR", "address of the first host in SLURM_JOB_NODELIST"), ("MASTER_PORT", port))
 
 
-PREEMPTION_TRAP = "trap 'echo \"launch: SIGTERM: the tasks checkpoint, then end or requeue the job\" >&2' TERM"
+PREEMPTION_TRAP = "trap 'launch_term=1; echo \"launch: SIGTERM: the tasks checkpoint, then end or requeue the job\" >&2' TERM"
 
 
 def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | None = None,
