@@ -199,7 +199,7 @@ def _grid(args: argparse.Namespace) -> object:
 
 
 def _submit(args: argparse.Namespace, code_args: list[str]) -> int:
-    return pipeline.submit(_request(args, code_args), check_first=args.check)
+    return pipeline.submit(_request(args, code_args), check_first=args.check).exit_status
 
 
 def _check(args: argparse.Namespace, code_args: list[str]) -> int:
@@ -210,7 +210,7 @@ def _check(args: argparse.Namespace, code_args: list[str]) -> int:
 
 
 def _sweep(args: argparse.Namespace, code_args: list[str]) -> int:
-    return pipeline.sweep(_request(args, code_args), _grid(args), max_parallel=args.max_parallel)
+    return pipeline.sweep(_request(args, code_args), _grid(args), max_parallel=args.max_parallel).exit_status
 
 
 def _sweep_retry(args: argparse.Namespace, _: list[str]) -> int:

@@ -4,6 +4,8 @@ through the record in its folder."""
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stdout
 from pathlib import Path
 
 from launch import backends
@@ -113,6 +115,14 @@ def print_logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
     hung = outcome.hang_message(run_dir)
     if hung is not None:  # the logs end where the ranks stopped: why, the ranks behind first
         print("\n".join(["", *outcome.failure_details(run_dir), f"launch: {hung}"]))
+
+
+def logs_text(run_dir: Path, *, rank: int | None, tail: int | None = None) -> str:
+    """What ``print_logs`` prints of a run as it is now: the last ``tail`` lines, or all of it."""
+    with redirect_stdout(io.StringIO()) as sink:
+        print_logs(run_dir, rank=rank, follow=False)
+    lines = sink.getvalue().splitlines(keepends=True)
+    return "".join(lines if tail is None else lines[len(lines) - tail:] if tail > 0 else [])
 
 
 def cancel(run_dir: Path) -> str:

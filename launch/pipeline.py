@@ -61,6 +61,15 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Submitted:
+    """Where ``submit`` or ``sweep`` went: the run (or sweep) folder, and the exit status of the job where it was
+    followed to its end (0 where it was detached: started, then left to run)."""
+
+    folder: Path
+    exit_status: int
+
+
+@dataclass(frozen=True)
 class Chosen:
     """What every command shares: the profile, strategy and code, the backend they pick, and the snapshot of the
     code the job will run (where the backend takes one)."""
@@ -179,9 +188,9 @@ def prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, ob
     return run_folder.prepare_run_dir(plan, backends.render_text(plan), resume=resume)
 
 
-def submit(request: Request, *, check_first: bool = False) -> int:
+def submit(request: Request, *, check_first: bool = False) -> Submitted:
     """The job planned, its run folder prepared and handed to its backend (``check_first``: `launch check` in
-    its own folder first); the job's exit status. A folder made for a job that never started is removed."""
+    its own folder first); its folder and exit status. A folder made for a job that never started is removed."""
     if check_first:
         plan(request, for_submit=False)  # the job's own refusals come before the check
         check(request, run_dir=None)
@@ -199,7 +208,7 @@ def submit(request: Request, *, check_first: bool = False) -> int:
         print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
                                                      if checkpoint else "from the start (it has no checkpoint)"))
     with _removed_on_refusal(run_dir, created, SubmitError):  # made just now for a job that never existed
-        return backend.execute(planned, detach=request.detach)
+        return Submitted(run_dir, backend.execute(planned, detach=request.detach))
 
 
 @contextmanager
@@ -273,9 +282,9 @@ def sweep_plan(request: Request, grid: Grid, *, max_parallel: int | None, for_su
         raise
 
 
-def sweep(request: Request, grid: Grid, *, max_parallel: int | None) -> int:
+def sweep(request: Request, grid: Grid, *, max_parallel: int | None) -> Submitted:
     """Every point of the grid submitted (one job array where the backend runs arrays, else one after another
-    here), in a new sweep folder; removed again if nothing was queued."""
+    here), in a new sweep folder (removed again if nothing was queued); the folder and the exit status."""
     from launch.sweeps import sweep_run
 
     _check_run_dir(request.run_dir)
@@ -289,7 +298,7 @@ def sweep(request: Request, grid: Grid, *, max_parallel: int | None) -> int:
                           "run it in the background yourself (nohup, tmux), or on a SLURM profile")
     try:
         _preflight_sweep(planned)
-        return sweep_run.submit_sweep(planned, detach=request.detach)
+        return Submitted(Path(planned.folder), sweep_run.submit_sweep(planned, detach=request.detach))
     except SubmitError:
         if not sweep_run.sweep.read_record(Path(planned.folder)).get("submissions"):
             shutil.rmtree(planned.folder, ignore_errors=True)  # nothing was queued: nothing to keep

@@ -283,6 +283,12 @@ def stacks(run_dir: Path, *, wait_s: float = STACKS_WAIT_S) -> tuple[Path, int |
     return folder, expected
 
 
+def fetch(run_dir: Path) -> None:
+    """What the run's hosts keep of its folder (logs, metrics, result) brought here, where they keep their own."""
+    backend, state = recorded(run_dir)
+    backend.fetch(run_dir, state)
+
+
 def logs(run_dir: Path, *, rank: int | None, follow: bool) -> None:
     backend, state = recorded(run_dir)
     backend.logs(run_dir, state, rank=rank, follow=follow)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -83,6 +84,13 @@ def parse_grid(specs: Sequence[str], files: Sequence[str] = (), *, limit: int = 
             _add(axes, where, key, values, f"--grid-file {file}: {key}")
     if not axes:
         raise LaunchError("sweep: no grid", "give --grid KEY=V1,V2 (repeatable) or --grid-file FILE")
+    return _checked(axes, limit)
+
+
+def _checked(axes: dict[str, tuple[str, ...]], limit: int) -> Grid:
+    """The grid of ``axes``, refused where it is empty or has more than ``limit`` points."""
+    if not axes:
+        raise LaunchError("sweep: no grid", "give at least one KEY and its values")
     grid = Grid(tuple(axes.items()))
     if grid.size > limit:
         shape = " x ".join(f"{len(values)} {key}" for key, values in grid.axes)
@@ -123,11 +131,29 @@ def _read_grid_file(file: str) -> dict[str, tuple[str, ...]]:
     if not isinstance(loaded, dict):
         raise LaunchError(f"--grid-file {file}: expected a mapping of KEY to a list of values",
                           "for example: lr: [1.0e-3, 3.0e-4]")
+    return _values_of(loaded, f"--grid-file {file}")
+
+
+def grid_of(mapping: Mapping[str, object], *, limit: int = MAX_POINTS) -> Grid:
+    """The grid of ``launch.sweep(grid=...)``: a mapping of KEY to its values (a list, or one value), checked as
+    ``--grid`` is."""
+    if not isinstance(mapping, Mapping):
+        raise LaunchError(f"sweep: grid {mapping!r}: expected a mapping of KEY to a list of values",
+                          "for example: {'lr': [1e-3, 3e-4]}")
+    axes: dict[str, tuple[str, ...]] = {}
+    where: dict[str, str] = {}
+    for key, values in _values_of(mapping, "sweep: grid").items():
+        _add(axes, where, key, values, "sweep: grid")
+    return _checked(axes, limit)
+
+
+def _values_of(mapping: Mapping[Any, object], source: str) -> dict[str, tuple[str, ...]]:
+    """Each key's values as text (numbers as Python writes them); one value stands for a list of one."""
     found: dict[str, tuple[str, ...]] = {}
-    for key, listed in loaded.items():
-        values = listed if isinstance(listed, list) else [listed]
-        if any(isinstance(value, dict | list) or value is None for value in values):
-            raise LaunchError(f"--grid-file {file}: {key}: values must be numbers or strings")
+    for key, listed in mapping.items():
+        values = listed if isinstance(listed, list | tuple) else [listed]
+        if any(isinstance(value, dict | list | tuple) or value is None for value in values):
+            raise LaunchError(f"{source}: {key}: values must be numbers or strings")
         found[str(key)] = tuple(_text(value) for value in values)
     return found
 
