@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_job_command(commands: argparse._SubParsersAction, name: str, text: str) -> None:  # type: ignore[type-arg]
     """render, submit, check and sweep: what to run, where, and how."""
-    extra = {"submit": " [--detach] [--resume] [--check]",
+    extra = {"submit": " [--detach] [--resume] [--check] [--after RUN[:ok|:any|:failed] ...]",
              "sweep": " --grid KEY=V1,V2 [--grid ...] [--grid-file F] [--max-parallel N] [--detach]",
              "render": " [--grid KEY=V1,V2 ...]"}.get(name, "")
     command = commands.add_parser(name, help=text, usage=f"launch {name} --profile P [--strategy S] "
@@ -122,6 +122,9 @@ def _add_job_command(commands: argparse._SubParsersAction, name: str, text: str)
     if name == "sweep":
         command.add_argument("--detach", action="store_true", help="SLURM: submit the array and return")
     if name in ("render", "submit"):
+        command.add_argument("--after", action="append", metavar="RUN[:ok|:any|:failed]", help="start once RUN (a "
+                             "run folder, its name or job id) finished (ok, the default), ended (any) or failed; "
+                             "repeatable (all must hold). SLURM waits for jobs of its cluster; launch waits for others")
         command.add_argument("--hang-timeout", type=int, metavar="S", help="end the job as hung when no rank made "
                              "progress for S seconds (0: never; default: the profile's hang_timeout_s, else 1800 "
                              "once the code reports a step through launch.job)")
@@ -189,7 +192,8 @@ def _request(args: argparse.Namespace, code_args: list[str]) -> pipeline.Request
                           max_restarts=args.max_restarts, expand_args=args.expand_args,
                           hang_timeout_s=getattr(args, "hang_timeout", None),
                           accelerate_config=args.accelerate_config, snapshot=not args.no_snapshot,
-                          resume=getattr(args, "resume", False), detach=getattr(args, "detach", False))
+                          resume=getattr(args, "resume", False), detach=getattr(args, "detach", False),
+                          after=tuple(getattr(args, "after", None) or ()))
 
 
 def _grid(args: argparse.Namespace) -> object:

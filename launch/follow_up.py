@@ -9,7 +9,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from launch import backends
-from launch.core import layout, node_health, run_jobs
+from launch.core import after, layout, node_health, run_jobs
 from launch.core.layout import METRICS
 from launch.core.output_file import write_new
 from launch.errors import LaunchError, SubmitError
@@ -38,8 +38,21 @@ def status_text(run_dir: Path) -> str:
         return status_table(run_dir)
     state = backends.status(run_dir)
     code = f" (exit status {state['exit_code']})" if state.get("exit_code") is not None else ""
-    lines = [f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else "")]
+    lines = [f"{run_dir}: {state['status']}{code}" + (f" ({state['detail']})" if state.get("detail") else ""),
+             *waits_lines(run_dir, state)]
     return "\n".join([*lines, *outcome_lines(run_dir, state)])
+
+
+def waits_lines(run_dir: Path, state: backends.State) -> list[str]:
+    """What a run that has not started yet waits for (``submit --after``), each with its state now."""
+    if state.get("status") not in (backends.WAITING, "submitted", "pending"):
+        return []
+    lines = []
+    for waited in after.recorded(layout.read_json(run_dir / after.RECORD)):
+        how = "SLURM's dependency on its job " + str(waited.job_id) if waited.job_id else "launch waits for it here"
+        now = backends.status(Path(waited.run_dir)).get("status") if Path(waited.run_dir).is_dir() else "gone"
+        lines.append(f"  waits for {waited.describe()}, now {now}; {how}")
+    return lines
 
 
 def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:

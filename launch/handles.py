@@ -188,15 +188,18 @@ class Sweep:
 def submit(profile: str, script: str | None = None, *, module: str | None = None, args: Sequence[str] = (),
            strategy: str = "ddp", run_dir: str | None = None, launcher: str | None = None, max_restarts: int = 0,
            hang_timeout_s: int | None = None, accelerate_config: str | None = None, snapshot: bool = True,
-           resume: bool = False, check: bool = False, expand_args: bool = False) -> Run:
+           resume: bool = False, check: bool = False, expand_args: bool = False,
+           after: Sequence[str | Run] = ()) -> Run:
     """Start a run as ``python -m launch submit --detach`` does, and return its handle: ``profile`` (a bundled
     name or a YAML path), the code (``script`` or ``module``; neither: the strategy's bundled example) and its
-    ``args``, verbatim; the other arguments are ``submit``'s options of the same names."""
+    ``args``, verbatim; the other arguments are ``submit``'s options of the same names. ``after``: the runs it
+    starts after (``--after``), each a ``Run`` (to finish) or ``"RUN:ok"``, ``"RUN:any"``, ``"RUN:failed"``."""
     request = pipeline.Request(profile=profile, strategy=strategy, script=script, module=module,
                                args=tuple(str(arg) for arg in args), run_dir=run_dir, launcher=launcher,
                                max_restarts=max_restarts, hang_timeout_s=hang_timeout_s,
                                accelerate_config=accelerate_config, snapshot=snapshot, resume=resume, detach=True,
-                               expand_args=expand_args)
+                               expand_args=expand_args, after=tuple(str(run.folder) if isinstance(run, Run) else
+                                                                    str(run) for run in after))
     return Run._at(pipeline.submit(request, check_first=check).folder)
 
 

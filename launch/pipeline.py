@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launch import backends
-from launch.core import layout, snapshot
+from launch import backends, waiter
+from launch.core import after, layout, snapshot
 from launch.core.code_checks import check_code
 from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan
@@ -58,6 +58,7 @@ class Request:
     snapshot: bool = True  # take a snapshot where the backend runs one (--no-snapshot: the live files)
     resume: bool = False
     detach: bool = False
+    after: tuple[str, ...] = ()  # --after RUN[:ok|:any|:failed]: the runs it starts after
 
 
 @dataclass(frozen=True)
@@ -144,10 +145,13 @@ def _planned(request: Request, *, for_submit: bool) -> tuple[LaunchPlan, Backend
     name = run_name(strategy.name, code)
     placeholder = plan_in(Path(request.run_dir) if request.run_dir is not None else
                           Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}")
+    waits = waiter.waits(request.after, placeholder, Path(RUNS)) if request.after else ()
     if request.run_dir is not None or not for_submit:
-        return placeholder, chosen.backend  # render stays repeatable: the time is filled in when the job is submitted
+        # render stays repeatable: the time is filled in when the job is submitted
+        return replace(placeholder, after=waits), chosen.backend
     # Built again in the folder claimed now: the first plan's refusals came before any folder was made.
-    return plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now())), chosen.backend
+    claimed = plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()))
+    return replace(claimed, after=waits), chosen.backend
 
 
 def user_accelerate_config(request: Request, profile: Profile) -> UserConfig | None:
@@ -207,6 +211,14 @@ def submit(request: Request, *, check_first: bool = False) -> Submitted:
     elif checkpoint is not None:
         print(f"continuing the run in {run_dir} " + (f"from its checkpoint at step {checkpoint['step']}"
                                                      if checkpoint else "from the start (it has no checkpoint)"))
+    if planned.after:
+        layout.write_json_atomic(run_dir / after.RECORD, after.record(planned.after))
+    if any(waited.job_id is None for waited in planned.after):  # launch waits for them: its waiter, then submit
+        pid = waiter.start(planned)
+        print(f"run dir: {run_dir}\nit waits for " + "; ".join(waited.describe() for waited in planned.after) +
+              f"; launch waits here (waiter pid {pid}, which outlives this terminal), then submits it. Follow it "
+              f"with: python -m launch status {run_dir}")
+        return Submitted(run_dir, 0)
     with _removed_on_refusal(run_dir, created, SubmitError):  # made just now for a job that never existed
         return Submitted(run_dir, backend.execute(planned, detach=request.detach))
 

@@ -17,6 +17,8 @@ this module only.
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,7 +55,8 @@ SECTIONS: dict[str, str] = {  # a profile's backend section -> the module that c
     "tpu": "launch.backends.gcloud.profile_checks",
 }
 RENAMED = {"slurm": "sbatch", "tpu": "gcloud"}  # what older run folders' state.json calls a backend
-ACTIVE = {"submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
+WAITING = "waiting"  # a run whose waiter process waits here for the runs it is to start after (launch.waiter)
+ACTIVE = {WAITING, "submitted", "pending", "configuring", "running", "completing", "requeued", "requeue_hold",
           "requeue_fed", "suspended", "resizing", "signaling", "stage_out"}
 
 
@@ -155,10 +158,25 @@ class Backend(Protocol[JobT]):
 
 
 def render_notes(plan: LaunchPlan[Any]) -> list[str]:
-    """What ``render`` says under the plan, of now rather than of the plan (a SLURM backend: the nodes the job
-    will exclude because earlier jobs found them bad); empty where the backend has nothing to say."""
+    """What ``render`` says under the plan, of now rather than of the plan: the runs it waits for, and how; what
+    its backend adds (SLURM: the nodes the job will exclude because earlier jobs found them bad)."""
+    from launch.core.after import CONDITIONS
+
+    waits = [f"waits for {after.describe()}: " + (
+        f"SLURM's own --dependency={CONDITIONS[after.condition]}:{after.job_id}" if after.job_id else
+        "launch waits for it here (a waiter process that outlives this terminal), then submits") for after in plan.after]
     notes = getattr(get(plan.job.backend), "notes", None)
-    return list(notes(plan)) if notes is not None else []
+    return [*waits, *(notes(plan) if notes is not None else [])]
+
+
+def job_dependency(plan: LaunchPlan[Any], run_dir: Path) -> str | None:
+    """The job id the scheduler's own dependency of ``plan``'s job on the run in ``run_dir`` names (both jobs of one
+    SLURM cluster); None where launch waits for that run itself."""
+    depends = getattr(get(plan.job.backend), "job_dependency", None)
+    if depends is None:
+        return None
+    backend, state = recorded(run_dir)
+    return cast("str | None", depends(plan, backend.name, state))
 
 
 def render_text(plan: LaunchPlan[Any]) -> str:
@@ -218,7 +236,19 @@ def recorded(run_dir: Path) -> tuple[Backend[Any], State]:
 
 def status(run_dir: Path) -> State:
     backend, state = recorded(run_dir)
+    if state.get("status") == WAITING:
+        return _waiting(state)
     return backend.status(run_dir, state)
+
+
+def _waiting(state: State) -> State:
+    """A waiting run's state, 'lost' where its waiter process is gone."""
+    from launch.backends.local.backend import process_started
+
+    pid = state.get("waiter_pid")
+    if isinstance(pid, int) and process_started(pid) == state.get("waiter_started"):
+        return state
+    return {**state, "status": "lost (its waiter process is gone: nothing was submitted; submit it again)"}
 
 
 def is_active(state: State) -> bool:
@@ -228,6 +258,11 @@ def is_active(state: State) -> bool:
 
 def cancel(run_dir: Path) -> bool:
     backend, state = recorded(run_dir)
+    if state.get("status") == WAITING:  # its waiter records the cancel and submits nothing
+        if _waiting(state).get("status") != WAITING:
+            return False
+        os.kill(int(state["waiter_pid"]), signal.SIGTERM)
+        return True
     return backend.cancel(run_dir, backend.status(run_dir, state))
 
 

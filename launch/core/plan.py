@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from launch.core import containers, runtime_zip, site_shell
 from launch.core import environment as contract
+from launch.core.after import After
 from launch.core.commands import PlanFile
 from launch.core.entrypoint import Target
 from launch.core.layout import CHECKPOINTS
@@ -63,6 +64,7 @@ class LaunchPlan(Generic[JobT_co]):
     job: JobT_co
     snapshot: Snapshot | None = None  # the project copied into the run folder at submit; ``code`` runs the copy
     runtime: str | None = None  # launch's runtime zip the image's processes import (written at submit), if any
+    after: tuple[After, ...] = ()  # the runs it waits for (submit --after): SLURM's dependency, or launch's waiter
 
     @property
     def world_size(self) -> int:

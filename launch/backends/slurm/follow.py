@@ -11,9 +11,9 @@ from pathlib import Path
 from launch.backends import State
 from launch.backends.slurm.cluster import HERE, REMOTE_KEY, Cluster
 from launch.backends.slurm.state import JobState, job_state
-from launch.core import layout, run_jobs
+from launch.core import after, layout, run_jobs
 from launch.core.layout import REQUEUED, REQUEUES
-from launch.errors import SubmitError
+from launch.errors import SubmitError, WorkerFailure
 from launch.runs import merged_logs, outcome, run_folder
 
 POLL_S = 1.0
@@ -25,6 +25,9 @@ WAITING_FOR = {"BeginTime": "SLURM holds a requeued job back for a while before 
                "NodeDown": "a node it needs is down", "ReqNodeNotAvail": "a node it needs is not available",
                "Dependency": "waiting for the job it depends on", "JobHeldUser": "held (scontrol release)",
                "JobHeldAdmin": "held by an administrator"}
+
+
+NEVER_SATISFIED = "DependencyNeverSatisfied"  # SLURM's reason for a job whose dependency can never be met
 
 
 def waiting_for(reason: str) -> str:
@@ -114,6 +117,10 @@ def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) ->
             print(f"job {job_id}: {shown.lower()}" + (f" ({waiting_for(reason)})" if reason else ""), flush=True)
             last = (shown, reason)
         if current.state == "PENDING":
+            never = _never_met(run_dir, job_id, current, backend, cluster)
+            if never is not None:
+                waiting.clear()
+                raise WorkerFailure(f"job {job_id}: {after.NEVER_MET}: {never}", exit_status=1)
             waiting.show(reason)
         if current.finished:
             successor = _goes_on_in(run_dir, job_id, current, backend)
@@ -183,6 +190,28 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
     return ended
 
 
+def _never_met(run_dir: Path, job_id: str, current: JobState, backend: str, cluster: Cluster) -> str | None:
+    """A job SLURM keeps queued because its dependency can never be met (a run it was to start after ended
+    otherwise) is cancelled and recorded as such; why, naming the run, or None for any other job."""
+    if current.state != "PENDING" or current.reason != NEVER_SATISFIED:
+        return None
+    from launch.backends import is_active, status
+
+    cluster.run(["scancel", job_id], 60)
+    waited = [waited_for for waited_for in after.recorded(layout.read_json(run_dir / after.RECORD))
+              if waited_for.job_id]
+    states = {waited_for.run_dir: status(Path(waited_for.run_dir)) for waited_for in waited}
+    unmet = [after.never_met_detail(waited_for, str(states[waited_for.run_dir].get("status"))) for waited_for in waited
+             if after.verdict(waited_for.condition, str(states[waited_for.run_dir].get("status")),
+                              is_active(states[waited_for.run_dir])) is False]
+    why = "; ".join(unmet) or "SLURM says it can never be met (" + \
+        ", ".join(waited_for.describe() for waited_for in waited) + ")"
+    recorded = layout.read_json(run_dir / layout.STATE) or {}
+    layout.write_json_atomic(run_dir / layout.STATE, {**recorded, "backend": backend, "job_id": job_id,
+                                                  "status": after.NEVER_MET, "detail": why, "updated": time.time()})
+    return why
+
+
 def _goes_on_in(run_dir: Path, job_id: str, state: JobState, backend: str) -> str | None:
     """The job the run goes on in after ``job_id`` ended: chained at its time limit, submitted again without bad
     nodes, or chained after a job SLURM ended at a node failure without a requeue (which takes the run over as it
@@ -249,7 +278,8 @@ def current_status(run_dir: Path, state: State, cluster: Cluster = HERE) -> Stat
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current, str(state.get("backend")))
         return layout.read_json(run_dir / layout.STATE) or state
-    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend")), cluster) is not None:
+    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend")), cluster) is not None or \
+            _never_met(run_dir, job_id, current, str(state.get("backend")), cluster) is not None:
         return layout.read_json(run_dir / layout.STATE) or state
     shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
         else current.state.lower()

@@ -2,7 +2,7 @@
 call. Submitted here; or, through the login host, written as JSON into the run folder shipped there and
 submitted by the cluster's Python::
 
-    python -m launch.backends.slurm.submission FILE [--exclude NODES]
+    python -m launch.backends.slurm.submission FILE [--exclude NODES] [--dependency DEP]
 
 which prints the job id as ``sbatch --parsable`` does (a job array's own id for a batch of tasks), sbatch's
 refusal on stderr. submitit's folder, its pickles and sbatch are then all the cluster's.
@@ -99,14 +99,16 @@ def batch_ids(job_id: str, count: int) -> list[str]:
     return [job_id] if count == 1 else [f"{job_id}_{element}" for element in range(count)]
 
 
-def excluding(submission: Submission, exclude: str) -> Submission:
-    """``submission`` with sbatch's --exclude ``exclude`` (the profile's and the nodes avoided now), where given."""
-    if not exclude:
+def excluding(submission: Submission, exclude: str, dependency: str = "") -> Submission:
+    """``submission`` with sbatch's --exclude ``exclude`` (the profile's and the nodes avoided now) and
+    --dependency ``dependency`` (the runs it waits for that SLURM knows), where given; never kept in the run's
+    submission.json, so that a job submitted again later (chained, without bad nodes) waits for nothing."""
+    if not exclude and not dependency:
         return submission
     parameters = dict(submission.parameters)
     extra = dict(parameters.pop("additional_parameters", None) or {})  # type: ignore[call-overload]
-    return replace(submission, parameters=(*parameters.items(),
-                                           ("additional_parameters", {**extra, "exclude": exclude})))
+    added = {**({"exclude": exclude} if exclude else {}), **({"dependency": dependency} if dependency else {})}
+    return replace(submission, parameters=(*parameters.items(), ("additional_parameters", {**extra, **added})))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     sbatch's refusal: its stderr, exit status 1; anything else: one line ``launch: ...``, exit status
     ``NO_SUBMITIT`` (submitit cannot be imported) or ``NOT_SUBMITTED``."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (1, 3) or len(args) == 3 and args[1] != "--exclude":
-        print("usage: python -m launch.backends.slurm.submission FILE [--exclude NODES]", file=sys.stderr)
+    options = dict(zip(args[1::2], args[2::2], strict=False))
+    if not args or len(args) % 2 != 1 or not set(options) <= {"--exclude", "--dependency"}:
+        print("usage: python -m launch.backends.slurm.submission FILE [--exclude NODES] [--dependency DEP]",
+              file=sys.stderr)
         return 2
     try:
         from submitit.core.utils import FailedJobError
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         return NO_SUBMITIT
     try:
         submission = excluding(Submission.from_json(Path(args[0]).read_text(encoding="utf-8")),
-                               args[2] if len(args) == 3 else "")
+                               options.get("--exclude", ""), options.get("--dependency", ""))
         made = executor(submission)
     except Exception as error:  # an unreadable file, a parameter this submitit does not take
         print(f"launch: submitit there could not take the submission ({type(error).__name__}: {error})",

@@ -25,6 +25,7 @@ from launch.backends.slurm.job_spec import (
     build_sbatch,
     job_name,
 )
+from launch.core.after import slurm_dependency
 from launch.core.commands import PlanFile
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import file_lines, node_lines
@@ -39,7 +40,9 @@ def _submit(plan: LaunchPlan[SbatchJob], exclude: str = "") -> str:
     """The job submitted (``exclude``: sbatch's --exclude, the profile's and the nodes avoided now, on the command
     line, which sbatch reads over the script's)."""
     job = plan.job
-    argv = (*job.submit_argv[:-1], f"--exclude={exclude}", job.submit_argv[-1]) if exclude else job.submit_argv
+    dependency = slurm_dependency(plan.after)  # after the jobs of the runs it waits for, where SLURM knows them
+    argv = (*job.submit_argv[:-1], *([f"--exclude={exclude}"] if exclude else []),
+            *([f"--dependency={dependency}"] if dependency else []), job.submit_argv[-1])
     if job.remote is not None:  # the run folder shipped, checked there and submitted there
         return through_login.ship_and_submit(job.remote, [plan], argv)
     return _sbatch(argv, cwd=job.node.cwd, secrets=secrets(job.node.env, plan.profile.secrets))

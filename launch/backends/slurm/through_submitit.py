@@ -22,6 +22,7 @@ from launch.backends.slurm.cluster import Cluster
 from launch.backends.slurm.job_spec import ArrayJob, build_submitit, job_name
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submitit_job import SubmititJob, submission_of, task_of
+from launch.core.after import slurm_dependency
 from launch.core.plan import LaunchPlan
 from launch.core.plan_text import env_lines, file_lines
 from launch.core.sbatch_answer import sbatch_reason
@@ -67,12 +68,16 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _submit(plan: LaunchPlan[SubmititJob], exclude: str = "") -> str:
-    """The job submitted (``exclude``: sbatch's --exclude, the profile's and the nodes avoided now)."""
+    """The job submitted (``exclude``: sbatch's --exclude, the profile's and the nodes avoided now; after the jobs
+    of the runs it waits for, where SLURM knows them)."""
     job = plan.job
+    dependency = slurm_dependency(plan.after)
     if job.remote is not None:  # the run folder (with its submission) shipped, submitted by the cluster's Python
         return through_login.ship_and_submit(job.remote, [plan], (*_submit_argv(job.remote),
-                                                                  *(("--exclude", exclude) if exclude else ())))
-    submitted = submission.excluding(submission_of(job, plan.profile), exclude)
+                                                                  *(("--exclude", exclude) if exclude else ()),
+                                                                  *(("--dependency", dependency) if dependency
+                                                                    else ())))
+    submitted = submission.excluding(submission_of(job, plan.profile), exclude, dependency)
     executor = submission.executor(submitted)
     with _submitting(plan):
         return submission.submit(executor, submitted)[0]
