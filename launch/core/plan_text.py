@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from launch.core import shell
+from launch.core import notify, shell
 from launch.core.commands import NodeCommand, PlanFile
 from launch.core.environment import EXPAND_ARGS
 from launch.core.plan import LaunchPlan
@@ -27,6 +27,9 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
            *([f"snapshot:  {plan.snapshot.describe()}, copied to {plan.run_dir}/code at submit; the job runs "
               "that copy"] if plan.snapshot else []),
            f"backend:   {plan.job.backend}"]
+    if profile.notify is not None:
+        out.append(f"notify:    {notify.mask(profile.notify.webhook)} on {', '.join(profile.notify.on)} (the URL "
+                   "itself only in the run folder's notify.json)")
     return out
 
 

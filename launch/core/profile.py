@@ -101,6 +101,19 @@ class HealthSection:
     avoid_hours: float = 24.0  # how long this user's next jobs on the cluster avoid a node that failed
 
 
+NotifyEvent = Literal["start", "failed", "hung", "finished"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("start", "failed", "hung", "finished")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotifySection:
+    """A Slack-compatible webhook told of the run's events (``launch.core.notify``): once each, from rank 0 as it
+    starts, and from whoever records its end. The URL's path, where its secret is, is masked wherever it is shown."""
+
+    webhook: str  # http:// or https://
+    on: tuple[NotifyEvent, ...] = NOTIFY_EVENTS
+
+
 @dataclass(frozen=True, kw_only=True)
 class TpuSection:
     """A Cloud TPU VM or pod slice, addressed the way ``gcloud compute tpus tpu-vm`` does."""
@@ -179,6 +192,7 @@ class Profile:
     accelerate_config: str | None = None  # the user's own accelerate config file (relative: to this file)
     slurm: SlurmSection | None = None
     health: HealthSection = field(default_factory=HealthSection)  # SLURM jobs (sbatch launcher)
+    notify: NotifySection | None = None  # a webhook told of the run's start, failure, hang and finish
     tpu: TpuSection | None = None
     ssh: SshSection | None = None
     source: str = field(default="", metadata={"yaml": False})

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from launch.core import containers, environment_checks, site_shell
+from launch.core import containers, environment_checks, notify, site_shell
 from launch.core.environment import ENVIRONMENT
 from launch.core.profile import Profile
 from launch.core.profile_schema import convert_dataclass, yaml_key
@@ -105,18 +105,24 @@ def _completed(profile: Profile, path: Path, rules_for: RulesFor) -> Profile:
 def profile_to_mapping(profile: Profile) -> dict[str, Any]:
     """The resolved profile as plain data, in field order, for printing back as YAML."""
     keys = {spec.name: yaml_key(spec) for spec in dataclasses.fields(profile)}
-    return {keys[name]: list(value) if isinstance(value, tuple) else value
-            for name, value in dataclasses.asdict(profile).items() if name != "source"}
+    shown = {keys[name]: list(value) if isinstance(value, tuple) else value
+             for name, value in dataclasses.asdict(profile).items() if name != "source"}
+    if profile.notify is not None:  # the webhook's secret never shown
+        shown["notify"] = {"webhook": notify.mask(profile.notify.webhook), "on": list(profile.notify.on)}
+    return shown
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one, and keeps keys as
+    written (``on``, ``yes``: words, not booleans)."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, bool) and isinstance(key_node, yaml.ScalarNode):
+            key = key_node.value  # a key is a word as written: YAML 1.1 reads `on:` (notify.on) as True
         if not isinstance(key, (str, int, float, bool)) and key is not None:
             raise yaml.constructor.ConstructorError(None, None, f"keys must be plain words, got {key!r}",
                                                     key_node.start_mark)
@@ -210,7 +216,7 @@ def check_profile(profile: Profile, rules_for: RulesFor) -> list[str]:
     """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
     problems = (_check_names(profile) + _check_counts(profile) + _check_sections(profile, rules_for)
                 + site_shell.check_shell(profile) + containers.check_container(profile)
-                + environment_checks.check_environment(profile))
+                + environment_checks.check_environment(profile) + notify.problems(profile.notify))
     named = [(f"env.{key}", key) for key in profile.env] + [(f"secrets[{i}]", key) for i, key in
                                                           enumerate(profile.secrets)]
     for where, key in named:

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from launch.core import runtime_zip, snapshot
+from launch.core import notify, runtime_zip, snapshot
 from launch.core.layout import (
     LOGS,
     OOM_HINT,
@@ -79,6 +79,7 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -
         snapshot.copy_into(plan.snapshot, run_dir)
     if plan.runtime is not None:  # an image without launch imports it from here
         runtime_zip.write(run_dir)
+    notify.write_config(run_dir, plan.profile.notify, run_dir.name)  # a new submission: no event sent yet
     return checkpoint
 
 

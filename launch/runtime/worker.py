@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
+from launch.core import notify
 from launch.core.entrypoint import Target
 from launch.core.environment import EXPAND_ARGS
 from launch.core.layout import HUNG_EXIT_STATUS, OOM_HINT, STACKS, rank_log_path
@@ -219,30 +220,40 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
     if me.run_dir is None:
         return _exit_status(run)  # no run folder: nothing to checkpoint into
     ranklog.record_rank(me.run_dir, rank, "running")
+    if rank == 0:  # the job's start, told once (where the profile asks: notify.on)
+        notify.send_started(me.run_dir, f"rank 0 on {socket.gethostname()}, {me.world_size} process(es)")
     if armed():  # before the code: its stacks answer `launch stacks` and the hang watchdog
         stacks.arm(me.run_dir, rank)
-    with ranklog.rank_output(rank_log_path(me.run_dir, rank), echo=rank == 0,
+    try:
+        return _recorded(run, me.run_dir, rank)
+    finally:
+        notify.finish_sending()  # a start still being told, before the process ends
+
+
+def _recorded(run: Callable[[], int | None], run_dir: Path, rank: int) -> int:
+    """``run_here``'s ``run``, its output in the rank's log, its end recorded."""
+    with ranklog.rank_output(rank_log_path(run_dir, rank), echo=rank == 0,
                              secrets=secret_values(os.environ)):
         try:
             code = _exit_status(run)
             flush_checkpoints()  # a checkpoint still being written in the background is finished first
         except StopRequested as request:
-            ranklog.record_rank(me.run_dir, rank, "stopped", request, exit_code=0, **stacks.last_collective())
+            ranklog.record_rank(run_dir, rank, "stopped", request, exit_code=0, **stacks.last_collective())
             print(f"{request}; the job continues from it when it runs again", flush=True)
             return 0
         except KeyboardInterrupt:  # SIGINT (Ctrl-C reaches every process of the terminal's group): stopped
-            ranklog.record_rank(me.run_dir, rank, "stopped", reason="interrupted by SIGINT",
+            ranklog.record_rank(run_dir, rank, "stopped", reason="interrupted by SIGINT",
                                 exit_code=128 + signal.SIGINT)
             return 128 + signal.SIGINT
         except BaseException as error:  # noqa: BLE001 - any end of the user's code is reported, then ends the rank
             traceback.print_exc()
-            ranklog.record_rank(me.run_dir, rank, "failed", error, exit_code=1, **stacks.last_collective())
+            ranklog.record_rank(run_dir, rank, "failed", error, exit_code=1, **stacks.last_collective())
             return 1
     if code:
-        ranklog.record_rank(me.run_dir, rank, "failed", reason=f"exited with status {code}", exit_code=code,
+        ranklog.record_rank(run_dir, rank, "failed", reason=f"exited with status {code}", exit_code=code,
                             **stacks.last_collective())
     else:
-        ranklog.record_rank(me.run_dir, rank, "finished", exit_code=0, **stacks.last_collective())
+        ranklog.record_rank(run_dir, rank, "finished", exit_code=0, **stacks.last_collective())
     return code
 
 

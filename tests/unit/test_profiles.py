@@ -100,8 +100,7 @@ BAD_PROFILES = [
     ("extends: no-such-profile\n", ["extends: unknown profile 'no-such-profile'"]),
     ("extends: [a]\nkind: local\n", ["extends: expected a profile name or path"]),
     ("kind: local\n? [a, b]\n: c\n", ["invalid YAML", "keys must be plain words"]),
-    ("kind: local\nenv:\n  null: x\n  ON: '1'\n", ["env: the key None is read by YAML as nothing (null)",
-                                                    "env: the key True is read by YAML as a boolean"]),
+    ("kind: local\nenv:\n  null: x\n", ["env: the key None is read by YAML as nothing (null)"]),
     ("kind: local\nenv:\n  MASTER_PORT: '1'\n", ["env.MASTER_PORT: set by launch for every worker"]),
     ("kind: local\nname: ../../escape\n", ["name: '../../escape' must be letters, digits"]),
     ("kind: local\nnetwork_interface: ''\n", ["network_interface: '' is not an interface name"]),
@@ -243,3 +242,13 @@ def test_bad_command_line_exits_2_with_one_line_and_no_traceback(args: list[str]
 def test_a_missing_profile_file_named_as_such(tmp_path: Path) -> None:
     result = run_cli("profiles", str(tmp_path / "gone.yaml"))
     assert result.returncode == 2 and "gone.yaml: no such profile file" in result.stderr
+
+
+def test_keys_are_read_as_written_not_as_yaml_booleans(write_profile) -> None:  # type: ignore[no-untyped-def]
+    """YAML 1.1 reads `on`, `off`, `yes`, `no` as booleans; a profile's keys are words (notify.on, a variable ON)."""
+    from launch.backends import load_profile
+
+    profile = load_profile(str(write_profile("extends: local-cpu\nenv:\n  ON: '1'\n  no: '0'\nnotify:\n"
+                                             "  webhook: https://hooks.example.com/x\n  on: [failed]\n")))
+    assert profile.env["ON"] == "1" and profile.env["no"] == "0"
+    assert profile.notify is not None and profile.notify.on == ("failed",)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from launch.backends import Backend, JobArrays, State
 from launch.backends.local.job_spec import LocalJob, build
-from launch.core import layout, shell
+from launch.core import layout, notify, shell
 from launch.core.commands import NodeCommand
 from launch.core.devices import XLA_INSTALL_HINT, xla_unavailable
 from launch.core.environment import RUN_DIR
@@ -27,8 +27,8 @@ from launch.core.plan import LaunchPlan, PlanInputs
 from launch.core.plan_text import file_lines, node_lines
 from launch.core.profile import Profile
 from launch.errors import SubmitError, WorkerFailure
+from launch.runs import notices, run_folder
 from launch.runs import outcome as run_outcome
-from launch.runs import run_folder
 
 if TYPE_CHECKING:
     from launch.core.machine import Machine
@@ -84,6 +84,7 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
                                    start_new_session=True, preexec_fn=die_with_parent)
         _write_state(run_dir, status="running", job_pid=process.pid, job_started=process_started(process.pid),
                      **me)
+        notify.send_started(run_dir, f"its launcher on {socket.gethostname()}")
         try:
             outcome = Outcome(exit_code=_shell_status(process.wait()), cancelled=False)
         except KeyboardInterrupt:
@@ -103,7 +104,8 @@ def run_node(run_dir: Path, node: NodeCommand, *, record: dict[str, object] | No
     outcome = replace(outcome, exit_code=code if code is not None else outcome.exit_code)
     _write_state(run_dir, status=status, exit_code=outcome.exit_code, **me)
     if then and status == "finished":
-        run_step(then, node.cwd)
+        run_step(then, node.cwd)  # its result brought here first: the notice names it
+    notices.ended(run_dir, status, outcome.exit_code)
     return outcome
 
 

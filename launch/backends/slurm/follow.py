@@ -14,7 +14,7 @@ from launch.backends.slurm.state import JobState, job_state
 from launch.core import after, layout, run_jobs
 from launch.core.layout import REQUEUED, REQUEUES
 from launch.errors import SubmitError, WorkerFailure
-from launch.runs import merged_logs, outcome, run_folder
+from launch.runs import merged_logs, notices, outcome, run_folder
 
 POLL_S = 1.0
 ENDED_GRACE_S = 20.0  # every rank has ended this long ago and SLURM still says RUNNING: launch ends the job
@@ -263,6 +263,7 @@ def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
                                                   "slurm_state": state.state, "exit_code": exit_code,
                                                   "world_size": world, "updated": time.time(),
                                                   **({REMOTE_KEY: remote} if remote else {})})
+    notices.ended(run_dir, status, exit_code)  # where the batch shell could not (a node failed, the job was ended)
 
 
 def current_status(run_dir: Path, state: State, cluster: Cluster = HERE) -> State:

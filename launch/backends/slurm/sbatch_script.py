@@ -240,7 +240,18 @@ def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:
         return ['exit "$launch_status"']
     argv = _batch_job(python, "end", run_dir, "--on-time-limit", slurm.on_time_limit, "--max-timeouts",
                       str(slurm.max_timeouts))
-    return [f"# slurm.on_time_limit: {slurm.on_time_limit}", f'exec {shlex.join(argv)} --status "$launch_status"']
+    if profile.notify is None:
+        return [f"# slurm.on_time_limit: {slurm.on_time_limit}", f'exec {shlex.join(argv)} --status "$launch_status"']
+    return [f"# slurm.on_time_limit: {slurm.on_time_limit}", f'{shlex.join(argv)} --status "$launch_status"',
+            "launch_end=$?", *end_notice(python, run_dir), 'exit "$launch_end"']
+
+
+def end_notice(python: str, run_dir: str, status: str = "") -> list[str]:
+    """notify: the run's end told to its webhook from the batch shell, where the run ended in this job (a notice
+    never changes the job's exit status)."""
+    return ["# notify: the run's end, where it ended in this job, told to the profile's webhook",
+            f'{shlex.join([python, "-m", "launch.runs.notices", "--run-dir", run_dir])} --job "$SLURM_JOB_ID"'
+            + (f' --status "{status}"' if status else "") + " || true"]
 
 def site_log_link(profile: Profile, run_dir: str) -> list[str]:
     """Where the site's ``slurm.output`` puts the batch log, linked from the run folder (the one place launch

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 from launch.backends.slurm import submission
 from launch.backends.slurm.options import submitit_allocation
 from launch.backends.slurm.sbatch_script import (
+    end_notice,
     env_exports,
     head_lines,
     health_gate_step,
@@ -113,8 +114,9 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
                                                    then=['launch_status=$?', *after, 'exit "$launch_status"'])]
     else:
         setup += gate
-    teardown = ["launch_status=$?", *recheck, *site_shell.after_block(profile),
-                *verdict, 'exit "$launch_status"'] if recheck or profile.after else []
+    notice = end_notice(setup_python, run_dir, "$launch_status") if profile.notify is not None else []
+    teardown = ["launch_status=$?", *recheck, *site_shell.after_block(profile), *verdict, *notice,
+                'exit "$launch_status"'] if recheck or profile.after or notice else []
     return SubmititJob(folder=str(PurePath(run_dir, "submitit")),
                        gate=(*gate, *recheck, *verdict),
                        parameters=executor_parameters(profile, job_name=job_name, setup=setup, teardown=teardown,
