@@ -9,7 +9,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from launch import backends
-from launch.core import after, layout, node_health, run_jobs
+from launch.core import after, layout, node_health, run_jobs, tracking
 from launch.core.layout import METRICS
 from launch.core.output_file import write_new
 from launch.errors import LaunchError, SubmitError
@@ -67,6 +67,19 @@ def outcome_lines(run_dir: Path, state: backends.State) -> list[str]:
                   outcome.failure_message(run_dir, int(state.get("exit_code") or 1))]
     if (run_dir / layout.RESULT).is_file():
         lines.append(outcome.result_summary(run_dir))
+    return lines + tracker_lines(run_dir)
+
+
+def tracker_lines(run_dir: Path) -> list[str]:
+    """The run's page (or its folder, offline) in each experiment tracker it logs to (profile ``tracking:``)."""
+    recorded = layout.read_json(run_dir / tracking.RECORD) or {}
+    lines = []
+    for name, title in (("wandb", "W&B"), ("mlflow", "MLflow")):
+        run = recorded.get(name)
+        if isinstance(run, dict):
+            where = run.get("url") or (f"offline, in {run.get('dir')} (wandb sync it)" if name == "wandb" else
+                                       f"{run.get('tracking_uri')}, experiment {run.get('experiment_id')}")
+            lines.append(f"{title} run {run.get('id') or run.get('run_id')}: {where}")
     return lines
 
 

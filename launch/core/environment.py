@@ -15,6 +15,7 @@ STOP_SIGNALS = "LAUNCH_STOP_SIGNALS"
 EXPAND_ARGS = "LAUNCH_EXPAND_ARGS"
 HANG_TIMEOUT = "LAUNCH_HANG_TIMEOUT"
 RESTART_ON_HANG = "LAUNCH_RESTART_ON_HANG"
+TRACKING = "LAUNCH_TRACKING"
 PLAN_ENV = PLAN_ENV_VARIABLE
 SECRET_NAMES = SECRET_NAMES_VARIABLE
 
@@ -31,6 +32,7 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     (HANG_TIMEOUT, ("seconds without progress before the hang watchdog ends the job as hung (0: never; unset: "
                     "1800 once the code reports a step)")),
     (RESTART_ON_HANG, "1 (profile restart_on_hang): a hung job may be restarted like a failed one"),
+    (TRACKING, "the trackers job.log_metrics also logs to (profile tracking:): wandb, mlflow"),
     (PLAN_ENV, "the names of the variables the plan added"),
     (SECRET_NAMES, "the names the profile marks secret (masked in logs and results)"),
 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePath, PurePosixPath
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from launch.core import containers, runtime_zip, site_shell
+from launch.core import containers, runtime_zip, site_shell, tracking
 from launch.core import environment as contract
 from launch.core.after import After
 from launch.core.commands import PlanFile
@@ -218,6 +218,7 @@ def worker_env(profile: Profile, strategy_env: dict[str, str], *, run_dir: str, 
     env.update(profile.env)
     if runtime is not None:  # launch's runtime zip first on the image's path, then the profile's (else the job's)
         env["PYTHONPATH"] = f"{runtime}:{profile.env.get('PYTHONPATH', '${PYTHONPATH}')}"
+    env.update(tracking.env(profile, run_dir))  # W&B's and MLflow's own variables: the run folder is their run
     env.update({contract.RUN_DIR: run_dir, contract.CHECKPOINT_DIR: str(PurePosixPath(run_dir, CHECKPOINTS)),
                 contract.RESUME: "1", contract.PROFILE: profile.name, contract.DEVICE: profile.device,
                 contract.DIST_BACKEND: profile.dist_backend,

@@ -115,6 +115,31 @@ class NotifySection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WandbTracking:
+    """Weights & Biases: the run is the run folder's (its id, group and directory), resumed where the job is."""
+
+    project: str
+    entity: str | None = None
+    group: str | None = None  # default: the sweep's name for a sweep's point, else the run's own
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlflowTracking:
+    """MLflow: one MLflow run per launch run, its id kept in the run folder and continued by a resumed job."""
+
+    tracking_uri: str  # http(s)://server, sqlite:///path.db, databricks, ...
+    experiment: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackingSection:
+    """Experiment trackers ``job.log_metrics`` also logs to, from the main process (``launch.runtime.trackers``)."""
+
+    wandb: WandbTracking | None = None
+    mlflow: MlflowTracking | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class TpuSection:
     """A Cloud TPU VM or pod slice, addressed the way ``gcloud compute tpus tpu-vm`` does."""
 
@@ -193,6 +218,7 @@ class Profile:
     slurm: SlurmSection | None = None
     health: HealthSection = field(default_factory=HealthSection)  # SLURM jobs (sbatch launcher)
     notify: NotifySection | None = None  # a webhook told of the run's start, failure, hang and finish
+    tracking: TrackingSection | None = None  # W&B, MLflow: the run folder is the tracker's run
     tpu: TpuSection | None = None
     ssh: SshSection | None = None
     source: str = field(default="", metadata={"yaml": False})

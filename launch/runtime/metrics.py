@@ -20,6 +20,7 @@ from launch.core.layout import (
     write_json_atomic,
 )
 from launch.core.secrets import scrub_data, secret_values
+from launch.runtime import trackers
 from launch.runtime.identity import info
 from launch.runtime.progress import heartbeat
 
@@ -49,6 +50,7 @@ def log_metrics(*, step: int, kind: str = "train", run_dir: str | Path | None = 
     with open(folder / METRICS, "a", encoding="utf-8") as sink:
         sink.write(json.dumps(record) + "\n")
     _add_events(folder, record)
+    trackers.log(folder, record)  # W&B, MLflow: where the profile asks (tracking:)
 
 
 _event_writers: dict[Path, Any] = {}  # run folder -> its event file writer, or None where TensorBoard is missing

@@ -35,7 +35,7 @@ from launch.core.layout import HUNG_EXIT_STATUS, OOM_HINT, STACKS, rank_log_path
 from launch.core.lifetime import die_with_parent
 from launch.core.secrets import secret_values
 from launch.core.shell import expand
-from launch.runtime import hang_watch, oom, phases, stacks
+from launch.runtime import hang_watch, oom, phases, stacks, trackers
 from launch.runtime import rank_log as ranklog
 from launch.runtime.checkpoint_writer import flush_checkpoints
 from launch.runtime.identity import info
@@ -227,6 +227,7 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
     try:
         return _recorded(run, me.run_dir, rank)
     finally:
+        trackers.close_all()  # their last points flushed
         notify.finish_sending()  # a start still being told, before the process ends
 
 

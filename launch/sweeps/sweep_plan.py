@@ -20,6 +20,7 @@ from launch.core.plan import LaunchPlan, plan_for
 from launch.core.profile import Profile
 from launch.core.snapshot import Snapshot
 from launch.core.strategy import UserConfig
+from launch.core.tracking import in_group
 from launch.errors import LaunchError, SubmitError
 from launch.launchers.strategies import get_strategy
 from launch.sweeps.grid import Grid, Point
@@ -62,6 +63,7 @@ def build_sweep(profile: Profile, strategy: str, code: Target | None, *, common:
     for point in points:
         args = (*common, *point.args())
         at = profile if port is None else replace(profile, rendezvous=replace(profile.rendezvous, port=port + point.index))
+        at = in_group(at, PurePath(folder).name)  # W&B: the sweep's points are one group
         plans.append(plan_for(at, chosen, backend, None if code is None else replace(code, args=args), args=args,
                               run_dir=str(PurePath(folder, point.folder_name())), python=python, workdir=workdir,
                               snapshot=snapshot, expand_args=expand_args, accelerate_config=accelerate_config))
