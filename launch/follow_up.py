@@ -148,7 +148,7 @@ def logs_text(run_dir: Path, *, rank: int | None, tail: int | None = None) -> st
     with redirect_stdout(io.StringIO()) as sink:
         print_logs(run_dir, rank=rank, follow=False)
     lines = sink.getvalue().splitlines(keepends=True)
-    return "".join(lines if tail is None else lines[len(lines) - tail:] if tail > 0 else [])
+    return "".join(lines if tail is None else lines[-tail:] if tail > 0 else [])
 
 
 def cancel(run_dir: Path) -> str:

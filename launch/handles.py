@@ -110,8 +110,10 @@ class Run:
         backends.fetch(self.folder)
         if not ended.finished:
             status = ended.exit_code or (layout.HUNG_EXIT_STATUS if ended.state == "hung" else 1)
-            if ended.state == "cancelled":
-                raise RunFailed(self, f"{self.folder}: cancelled", status)
+            if ended.state == "cancelled" or ended.detail and outcome.first_failure(self.folder) is None:
+                # nothing of it failed: cancelled, a dependency never met, not submitted after its wait
+                raise RunFailed(self, f"{self.folder}: {ended.state}" + (f" ({ended.detail})" if ended.detail and
+                                                                          ended.state != "cancelled" else ""), status)
             raise RunFailed(self, outcome.failure_message(self.folder, status), status,
                             outcome.failure_details(self.folder))
         return layout.read_json(self.folder / layout.RESULT)

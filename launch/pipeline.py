@@ -240,7 +240,7 @@ def check(request: Request, *, run_dir: str | None) -> None:
     from launch.diagnostics import check as checking
 
     chosen = choose(request, ())
-    profile = chosen.profile
+    profile = replace(chosen.profile, notify=None, tracking=None)  # a probe: no webhook told, no tracker's run
     code = chosen.code or Target(module=chosen.strategy.example.module)
     folder = Path(run_dir) if run_dir is not None else \
         run_folder.claim_run_dir(Path(RUNS), profile.name, "check", datetime.now())

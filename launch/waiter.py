@@ -23,9 +23,11 @@ from launch import backends
 from launch.core import after, layout
 from launch.core.after import After
 from launch.core.plan import LaunchPlan
-from launch.errors import LaunchError
+from launch.errors import LaunchError, SubmitError
+from launch.runs import notices
 
-POLL_S = 2.0  # how often the runs waited for are looked at (a SLURM run's look asks the scheduler)
+POLL_S = 2.0  # how often the runs waited for are looked at in the first minute (a SLURM run's look asks SLURM)
+SLOW_POLL_S = 15.0  # and then
 START_WAIT_S = 10.0  # for the waiter to record that it waits
 
 
@@ -51,6 +53,8 @@ def waits(given: tuple[str, ...], plan: LaunchPlan[Any], runs: Path) -> tuple[Af
                               f"{after.never_met_detail(After(str(folder), condition), str(state.get('status')))}")
         if met is None:
             waits.append(After(str(folder), condition, backends.job_dependency(plan, folder)))
+    if any(waited.job_id is None for waited in waits):  # launch waits here anyway: for all of them, then submits
+        waits = [After(waited.run_dir, waited.condition) for waited in waits]  # no job id gone stale by then
     return tuple(waits)
 
 
@@ -67,58 +71,75 @@ def start(plan: LaunchPlan[Any]) -> int:
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline and waiter.poll() is None:
         if (layout.read_json(run_dir / layout.STATE) or {}).get("waiter_pid") == waiter.pid:
-            break
+            return waiter.pid
         time.sleep(0.05)
-    return waiter.pid
+    said = (run_dir / "waiter.log").read_text(errors="replace").strip().splitlines()[-3:]
+    raise SubmitError(f"launch's waiter for {run_dir} did not start" + (f" ({' '.join(said)})" if said else ""),
+                      f"its log: {run_dir / 'waiter.log'}")
 
 
-class _Ended(Exception):
-    """SIGTERM (``cancel``), SIGHUP or SIGINT while waiting."""
+_asked_to_end: list[int] = []  # the signal that asked the waiter to end (cancel, a closed session), if any
 
 
-def _ended(signum: int, frame: FrameType | None) -> None:
-    raise _Ended
+def _ask_to_end(signum: int, frame: FrameType | None) -> None:
+    _asked_to_end.append(signum)
+
+
+def _pause(seconds: float) -> bool:
+    """Sleep up to ``seconds``; whether the waiter was asked to end meanwhile (or before)."""
+    deadline = time.monotonic() + seconds
+    while not _asked_to_end and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    return bool(_asked_to_end)
 
 
 def wait_then_submit(plan: LaunchPlan[Any]) -> int:
-    """Wait for the runs launch waits for (those SLURM waits for are left to it), then submit; the exit status."""
+    """Wait for the runs (every one of them: SLURM waits for none that launch waits for too), then submit; the
+    exit status. A cancel (SIGTERM) ends the wait between looks; one that comes while the job is being submitted
+    cancels the job as soon as it is recorded."""
     from launch.backends.local.backend import process_started
 
     run_dir = Path(plan.run_dir)
     me = {"backend": plan.job.backend, "world_size": plan.world_size, "waiter_pid": os.getpid(),
           "waiter_started": process_started(os.getpid())}
-    _record(run_dir, status=backends.WAITING, **me)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, _ended)
-    here = [waited for waited in plan.after if waited.job_id is None]
-    try:
-        while here:
-            for waited in list(here):
+        signal.signal(signum, _ask_to_end)
+    _record(run_dir, status=backends.WAITING, **me)
+    here, started = [waited for waited in plan.after if waited.job_id is None], time.monotonic()
+    while here:
+        for waited in list(here):
+            try:
                 state = backends.status(Path(waited.run_dir))
-                met = after.verdict(waited.condition, str(state.get("status")), backends.is_active(state))
-                if met is False:
-                    detail = after.never_met_detail(waited, str(state.get("status")))
-                    print(f"launch: {after.NEVER_MET}: {detail}", flush=True)
-                    _record(run_dir, status=after.NEVER_MET, detail=detail, **me)
-                    return 1
-                if met:
-                    print(f"launch: {waited.describe()}: met", flush=True)
-                    here.remove(waited)
-            if here:
-                time.sleep(POLL_S)
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(signum, signal.SIG_IGN)  # submitting: a cancel now goes to the job, once it is recorded
+            except LaunchError as unanswered:  # a login host that does not answer now: look again later
+                print(f"launch: warning: {waited.run_dir}: {unanswered}; looking again", flush=True)
+                continue
+            met = after.verdict(waited.condition, str(state.get("status")), backends.is_active(state))
+            if met is False:
+                detail = after.never_met_detail(waited, str(state.get("status")))
+                print(f"launch: {after.NEVER_MET}: {detail}", flush=True)
+                _record(run_dir, status=after.NEVER_MET, detail=detail, **me)
+                notices.ended(run_dir, after.NEVER_MET, detail=detail)
+                return 1
+            if met:
+                print(f"launch: {waited.describe()}: met", flush=True)
+                here.remove(waited)
+        if here and _pause(POLL_S if time.monotonic() - started < 60 else SLOW_POLL_S) or _asked_to_end:
+            print("launch: cancelled while waiting; nothing was submitted", flush=True)
+            _record(run_dir, status="cancelled", detail="cancelled while it waited; nothing was submitted", **me)
+            return 130
+    _record(run_dir, status=backends.WAITING, submitting=True, **me)  # a cancel now: the job, once recorded
+    try:
         backend = backends.get(plan.job.backend)
         backend.preflight(plan)
-        return backend.execute(plan, detach=True)
-    except _Ended:
-        print("launch: cancelled while waiting; nothing was submitted", flush=True)
-        _record(run_dir, status="cancelled", detail="cancelled while it waited; nothing was submitted", **me)
-        return 130
+        status = backend.execute(plan, detach=True)
     except LaunchError as refused:
         print(f"launch: error: {refused}", flush=True)
         _record(run_dir, status="failed", exit_code=1, detail=f"not submitted after its wait: {refused}", **me)
         return 1
+    if _asked_to_end:  # cancelled while it was being submitted: the job it became
+        print("launch: cancelled while the job was being submitted: cancelling it", flush=True)
+        backends.cancel(run_dir)
+    return status
 
 
 def _record(run_dir: Path, **state: object) -> None:

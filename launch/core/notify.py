@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import threading
@@ -19,7 +20,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from launch.core.layout import read_json, write_json_atomic
+from launch.core.layout import read_json
 from launch.core.profile import NotifySection
 
 FILE = "notify.json"  # in the run folder: the webhook, the events, the run's name
@@ -30,11 +31,22 @@ BACKOFF_S = 1.0  # before the second try; doubled before each next
 _SENDING: list[threading.Thread] = []  # this process's notices being sent in the background
 
 
+URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"/]+(/[^\s'\"]*)?")
+
+
 def mask(url: str) -> str:
     """The webhook as launch shows it: its scheme and host, the rest (the secret) masked."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or "?"
-    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}/***"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is no number
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or '?'}{port}/***"
+
+
+def masked_urls(text: str) -> str:
+    """``text`` (a profile's error, which may quote the webhook) with every URL's path masked."""
+    return URL.sub(lambda found: mask(found.group(0)), text) if "notify" in text else text
 
 
 def problems(section: NotifySection | None) -> list[str]:
@@ -57,8 +69,9 @@ def write_config(run_dir: Path, section: NotifySection | None, name: str) -> Non
     if section is None:
         (run_dir / FILE).unlink(missing_ok=True)
         return
-    write_json_atomic(run_dir / FILE, {"webhook": section.webhook, "on": list(section.on), "name": name})
-    (run_dir / FILE).chmod(0o600)
+    (run_dir / FILE).unlink(missing_ok=True)
+    with os.fdopen(os.open(run_dir / FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "w") as sink:  # yours only
+        json.dump({"webhook": section.webhook, "on": list(section.on), "name": name}, sink)
 
 
 @dataclass(frozen=True)
@@ -124,7 +137,7 @@ def finish_sending(timeout_s: float = TIMEOUT_S * TRIES + 2 * BACKOFF_S) -> None
 
 
 def post(webhook: str, payload: dict[str, object], event: str) -> bool:
-    """``payload`` POSTed as JSON, tried ``TRIES`` times; whether the webhook took it (2xx)."""
+    """``payload`` POSTed as JSON, tried ``TRIES`` times; whether the webhook took it (2xx). Never raises."""
     import urllib.error  # here: a job's processes import this module, and most never post
     import urllib.request
 
@@ -133,9 +146,9 @@ def post(webhook: str, payload: dict[str, object], event: str) -> bool:
     for attempt in range(TRIES):
         if attempt:
             time.sleep(BACKOFF_S * 2 ** (attempt - 1))
-        request = urllib.request.Request(webhook, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
         try:
+            request = urllib.request.Request(webhook, data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:  # noqa: S310 - http(s) checked
                 if 200 <= answer.status < 300:
                     return True
@@ -144,8 +157,14 @@ def post(webhook: str, payload: dict[str, object], event: str) -> bool:
             problem = f"HTTP {error.code}"
             if 400 <= error.code < 500 and error.code != 429:
                 break  # refused: trying again changes nothing
-        except (urllib.error.URLError, OSError) as error:
-            problem = str(getattr(error, "reason", error)).replace(webhook, mask(webhook))
+        except Exception as error:  # noqa: BLE001 - unreachable, refused, a URL http.client rejects
+            problem = _without(webhook, str(getattr(error, "reason", error)))
     print(f"launch: warning: notify {event}: the webhook {mask(webhook)} did not take it ({problem}); the run goes "
           "on", file=sys.stderr)
     return False
+
+
+def _without(webhook: str, text: str) -> str:
+    """``text`` (an error's message) with the webhook's secret path masked."""
+    path = urllib.parse.urlsplit(webhook).path
+    return text.replace(webhook, mask(webhook)).replace(path, "/***") if path not in ("", "/") else text

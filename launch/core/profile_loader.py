@@ -86,11 +86,11 @@ def load_profile(name_or_path: str, rules_for: RulesFor) -> Profile:
     problems: list[str] = []
     values = convert_dataclass(Profile, data, "", problems)
     if problems:
-        raise ConfigError(f"{path}: " + "; ".join(problems))
+        raise ConfigError(f"{path}: " + "; ".join(map(notify.masked_urls, problems)))
     profile = _completed(Profile(**values, source=str(path)), path, rules_for)
     problems = check_profile(profile, rules_for)
     if problems:
-        raise ConfigError(f"{path}: " + "; ".join(problems))
+        raise ConfigError(f"{path}: " + "; ".join(map(notify.masked_urls, problems)))
     return profile
 
 
@@ -171,7 +171,7 @@ def _resolved_mapping(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     problems: list[str] = []
     convert_dataclass(Profile, data, "", problems, partial=True)  # this file's own keys and types
     if problems:
-        raise ConfigError(f"{path}: " + "; ".join(problems))
+        raise ConfigError(f"{path}: " + "; ".join(map(notify.masked_urls, problems)))
     if parent_ref is None:
         return data
     if not isinstance(parent_ref, str):

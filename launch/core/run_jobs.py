@@ -7,6 +7,7 @@ them. One JSON object per line, appended; no torch.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,13 @@ def append(run_dir: Path, record: dict[str, Any]) -> None:
     """One more line: one small write, appended (two writers never interleave within a line)."""
     with open(run_dir / JOBS, "a", encoding="utf-8") as sink:
         sink.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def job_of(environ: Mapping[str, str]) -> str:
+    """The job a SLURM task's ``environ`` is of, as ``submit`` records it: a sweep's point (an element of a job
+    array) as ``ARRAY_INDEX``."""
+    array, index = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{index}" if array and index else environ.get("SLURM_JOB_ID", "")
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:

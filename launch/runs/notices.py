@@ -12,19 +12,23 @@ import sys
 from pathlib import Path
 
 from launch.core import notify, run_jobs
+from launch.core.after import NEVER_MET
 from launch.core.layout import REQUEUED, read_json
 from launch.runs import outcome
 
 REPORT_LINES = 12  # of the failure or hang report's details, at most
-EVENTS = {"finished": "finished", "failed": "failed", "hung": "hung"}  # a run's end state -> its event
+EVENTS = {"finished": "finished", "failed": "failed", "hung": "hung", NEVER_MET: "failed"}  # end state -> event
 
 
-def ended(run_dir: Path, status: str, exit_code: int | None = None) -> bool:
-    """Tell the webhook that the run ended ``status`` (finished, failed, hung), where it asks; whether it was sent."""
+def ended(run_dir: Path, status: str, exit_code: int | None = None, detail: str = "") -> bool:
+    """Tell the webhook that the run ended ``status`` (finished, failed, hung, dependency never met: ``detail``),
+    where it asks; whether it was sent."""
     event = EVENTS.get(status)
     if event is None or notify.wanted(run_dir, event) is None:
         return False
     more = f"more: python -m launch status {shlex.quote(str(run_dir))}"
+    if status == NEVER_MET:
+        return notify.send(run_dir, event, [f"{NEVER_MET}: {detail}", more])
     if event == "finished":
         return notify.send(run_dir, event, [outcome.result_summary(run_dir), *_last_metrics(run_dir), more])
     report = outcome.failure_message(run_dir, exit_code or 1)
@@ -44,9 +48,12 @@ def _last_metrics(run_dir: Path) -> list[str]:
     return [f"last metrics: {records[-1]}"] if records else []
 
 
-def after_job(run_dir: Path, job: str, status: int | None) -> bool:
+def after_job(run_dir: Path, job: str, status: int | None, *, terminated: bool = False) -> bool:
     """In a SLURM batch shell after its job's step: the run's end, where it ended in this job (not requeued, chained
-    or submitted again): as the job recorded it (``slurm_batch end``), else from the step's ``status``."""
+    or submitted again, nor ended by a SIGTERM to the batch shell: a cancel, a preemption, which ``status`` records):
+    as the job recorded it (``slurm_batch end``), else from the step's ``status``."""
+    if terminated:
+        return False
     requeued = read_json(run_dir / REQUEUED) or {}
     if requeued.get("job") == job and requeued.get("restart") == int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1:
         return False  # the job requeued itself: the run goes on
@@ -67,11 +74,11 @@ def after_job(run_dir: Path, job: str, status: int | None) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.runs.notices", description=__doc__)
     parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--job", required=True, help="the SLURM job whose batch shell asks")
     parser.add_argument("--status", type=int, help="the step's exit status, where the job recorded no end")
+    parser.add_argument("--term", default="", help="non-empty: the batch shell had a SIGTERM (its launch_term)")
     args = parser.parse_args(argv)
     try:
-        after_job(args.run_dir, args.job, args.status)
+        after_job(args.run_dir, run_jobs.job_of(os.environ), args.status, terminated=bool(args.term))
     except Exception as error:  # noqa: BLE001 - a notice never fails the job
         print(f"launch: warning: notify: {type(error).__name__}: {error}", file=sys.stderr)
     return 0

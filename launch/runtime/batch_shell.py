@@ -25,8 +25,7 @@ def say(text: str) -> None:
 
 def job_id() -> str:
     """The job as ``submit`` recorded it: a sweep's point (an element of a job array) as ``ARRAY_INDEX``."""
-    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", "")
+    return run_jobs.job_of(os.environ)
 
 
 def restart_count() -> int:

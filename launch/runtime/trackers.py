@@ -105,8 +105,12 @@ def _open(name: str, run_dir: Path) -> Tracker | None:
         return None
     _opened[name] = tracker
     if tracker is not None:
-        recorded = read_json(run_dir / RECORD) or {}
-        write_json_atomic(run_dir / RECORD, {**recorded, name: tracker.link()})
+        try:
+            recorded = read_json(run_dir / RECORD) or {}
+            write_json_atomic(run_dir / RECORD, {**recorded, name: tracker.link()})
+        except Exception as error:  # noqa: BLE001 - status then shows no link; the points still go
+            print(f"launch: warning: tracking: {name}: its run was not recorded in {run_dir / RECORD} "
+                  f"({type(error).__name__}: {error})", file=sys.stderr, flush=True)
         _close_on_sigterm()
     return tracker
 

@@ -69,6 +69,10 @@ def test_a_dependency_that_can_never_be_met_ends_the_waiting_run_naming_the_run(
     assert f"dependency never met ({tmp_path / 'a'} ended failed; this run was to start after it, once it came to " \
            "finish)" in status, status
     assert not (tmp_path / "b" / "logs").exists() or not list((tmp_path / "b" / "logs").glob("rank-*")), "never ran"
+    with pytest.raises(launch.RunFailed) as never:
+        launch.Run(tmp_path / "b").result()
+    assert str(never.value) == f"{tmp_path / 'b'}: dependency never met ({tmp_path / 'a'} ended failed; this run " \
+                               "was to start after it, once it came to finish)"
     # Known before anything is made: one line, exit status 2, no folder.
     refused = run_cli("submit", "--profile", "local-cpu", "--after", "a:fialed", "--run-dir", str(tmp_path / "c"),
                       cwd=tmp_path)

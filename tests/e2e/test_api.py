@@ -32,6 +32,7 @@ def test_a_run_from_python_is_followed_through_its_handle_as_the_cli_follows_it(
     assert run.logs(rank=1, tail=4) == "".join(
         run_cli("logs", str(run.folder), "--rank", "1").stdout.splitlines(keepends=True)[-4:])
     assert "rank 1/2" in run.logs(rank=None)
+    assert run.logs(rank=1, tail=100000) == run.logs(rank=1) == run_cli("logs", str(run.folder), "--rank", "1").stdout
     assert launch.Run(run.id) == run == launch.Run(run.folder), "reattached by name and by folder"
     with pytest.raises(launch.LaunchError, match="not running, nothing to cancel"):
         run.cancel()

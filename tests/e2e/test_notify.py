@@ -115,3 +115,15 @@ def test_a_bad_notify_section_is_one_line_with_the_url_masked(tmp_path: Path) ->
         "notify.webhook: ftp://example.com/*** is not an http:// or https:// URL (a Slack-compatible incoming "
         "webhook)"), refused.stderr
     assert SECRET_PATH not in refused.stderr
+    profile.write_text(f"extends: local-cpu\nnotify: https://hooks.example.com{SECRET_PATH}\n")  # not a mapping
+    refused = run_cli("render", "--profile", str(profile), cwd=tmp_path)
+    assert refused.returncode == 2 and "notify: expected" in refused.stderr, refused.stderr
+    assert SECRET_PATH not in refused.stderr and "https://hooks.example.com/***" in refused.stderr, refused.stderr
+
+
+def test_a_check_tells_the_webhook_nothing(tmp_path: Path) -> None:
+    with webhook() as hook:
+        checked = run_cli("check", "--profile", str(_profile(tmp_path, hook.url)), "--run-dir", str(tmp_path / "c"),
+                          cwd=tmp_path)
+        assert checked.returncode == 0, checked.stderr
+    assert hook.received == [], "a probe is no run of the user's"

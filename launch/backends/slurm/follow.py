@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from launch.backends import State
@@ -116,11 +117,11 @@ def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) ->
             waiting.clear()
             print(f"job {job_id}: {shown.lower()}" + (f" ({waiting_for(reason)})" if reason else ""), flush=True)
             last = (shown, reason)
+        never = _never_met(run_dir, job_id, current, backend, cluster)
+        if never is not None:
+            waiting.clear()
+            raise WorkerFailure(f"job {job_id}: {after.NEVER_MET}: {never}", exit_status=1)
         if current.state == "PENDING":
-            never = _never_met(run_dir, job_id, current, backend, cluster)
-            if never is not None:
-                waiting.clear()
-                raise WorkerFailure(f"job {job_id}: {after.NEVER_MET}: {never}", exit_status=1)
             waiting.show(reason)
         if current.finished:
             successor = _goes_on_in(run_dir, job_id, current, backend)
@@ -193,14 +194,21 @@ def _end_if_every_rank_ended(run_dir: Path, job_id: str, current: JobState, back
 def _never_met(run_dir: Path, job_id: str, current: JobState, backend: str, cluster: Cluster) -> str | None:
     """A job SLURM keeps queued because its dependency can never be met (a run it was to start after ended
     otherwise) is cancelled and recorded as such; why, naming the run, or None for any other job."""
-    if current.state != "PENDING" or current.reason != NEVER_SATISFIED:
-        return None
+    if current.state not in ("PENDING", "CANCELLED") or current.reason != NEVER_SATISFIED:
+        return None  # (CANCELLED: where the site's kill_invalid_depend has SLURM end the job itself)
     from launch.backends import is_active, status
 
-    cluster.run(["scancel", job_id], 60)
     waited = [waited_for for waited_for in after.recorded(layout.read_json(run_dir / after.RECORD))
               if waited_for.job_id]
     states = {waited_for.run_dir: status(Path(waited_for.run_dir)) for waited_for in waited}
+    moved = [replace(waited_for, job_id=str(states[waited_for.run_dir].get("job_id"))) for waited_for in waited
+             if is_active(states[waited_for.run_dir]) and states[waited_for.run_dir].get("job_id")]
+    if current.state == "PENDING" and moved and \
+            _wait_again(run_dir, job_id, [*moved, *(w for w in waited if w.run_dir not in {m.run_dir for m in moved})],
+                        cluster):
+        return None  # a run it waits for went on in another job (chained, submitted again): that job is waited for
+    if current.state == "PENDING":
+        cluster.run(["scancel", job_id], 60)
     unmet = [after.never_met_detail(waited_for, str(states[waited_for.run_dir].get("status"))) for waited_for in waited
              if after.verdict(waited_for.condition, str(states[waited_for.run_dir].get("status")),
                               is_active(states[waited_for.run_dir])) is False]
@@ -209,7 +217,17 @@ def _never_met(run_dir: Path, job_id: str, current: JobState, backend: str, clus
     recorded = layout.read_json(run_dir / layout.STATE) or {}
     layout.write_json_atomic(run_dir / layout.STATE, {**recorded, "backend": backend, "job_id": job_id,
                                                   "status": after.NEVER_MET, "detail": why, "updated": time.time()})
+    notices.ended(run_dir, after.NEVER_MET, detail=why)
     return why
+
+
+def _wait_again(run_dir: Path, job_id: str, waits: list[after.After], cluster: Cluster) -> bool:
+    """The queued job made to wait for ``waits`` (their jobs now); whether SLURM took it."""
+    done = cluster.run(["scontrol", "update", f"JobId={job_id}", f"Dependency={after.slurm_dependency(tuple(waits))}"],
+                       60)
+    if done.returncode == 0:
+        layout.write_json_atomic(run_dir / after.RECORD, after.record(tuple(waits)))
+    return done.returncode == 0
 
 
 def _goes_on_in(run_dir: Path, job_id: str, state: JobState, backend: str) -> str | None:
@@ -274,13 +292,14 @@ def current_status(run_dir: Path, state: State, cluster: Cluster = HERE) -> Stat
         return state
     current = job_state(job_id, run=cluster.run)
     cluster.fetch(run_dir)
+    if _never_met(run_dir, job_id, current, str(state.get("backend")), cluster) is not None:
+        return layout.read_json(run_dir / layout.STATE) or state
     if current.finished and _goes_on_in(run_dir, job_id, current, str(state.get("backend"))) is not None:
         return current_status(run_dir, layout.read_json(run_dir / layout.STATE) or state, cluster)
     if current.finished and current.state != "UNKNOWN":
         _record(run_dir, job_id, current, str(state.get("backend")))
         return layout.read_json(run_dir / layout.STATE) or state
-    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend")), cluster) is not None or \
-            _never_met(run_dir, job_id, current, str(state.get("backend")), cluster) is not None:
+    if _end_if_every_rank_ended(run_dir, job_id, current, str(state.get("backend")), cluster) is not None:
         return layout.read_json(run_dir / layout.STATE) or state
     shown = "unknown to SLURM" if current.state == "UNKNOWN" else "requeued" if current.requeueing \
         else current.state.lower()

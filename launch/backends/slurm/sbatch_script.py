@@ -250,7 +250,7 @@ def end_notice(python: str, run_dir: str, status: str = "") -> list[str]:
     """notify: the run's end told to its webhook from the batch shell, where the run ended in this job (a notice
     never changes the job's exit status)."""
     return ["# notify: the run's end, where it ended in this job, told to the profile's webhook",
-            f'{shlex.join([python, "-m", "launch.runs.notices", "--run-dir", run_dir])} --job "$SLURM_JOB_ID"'
+            f'{shlex.join([python, "-m", "launch.runs.notices", "--run-dir", run_dir])} --term "${{launch_term:-}}"'
             + (f' --status "{status}"' if status else "") + " || true"]
 
 def site_log_link(profile: Profile, run_dir: str) -> list[str]:
