@@ -160,10 +160,10 @@ class Backend(Protocol[JobT]):
 def render_notes(plan: LaunchPlan[Any]) -> list[str]:
     """What ``render`` says under the plan, of now rather than of the plan: the runs it waits for, and how; what
     its backend adds (SLURM: the nodes the job will exclude because earlier jobs found them bad)."""
-    from launch.core.after import CONDITIONS
+    from launch.core.after import slurm_dependency
 
     waits = [f"waits for {after.describe()}: " + (
-        f"SLURM's own --dependency={CONDITIONS[after.condition]}:{after.job_id}" if after.job_id else
+        f"SLURM's own --dependency={slurm_dependency((after,))}" if after.job_id else
         "launch waits for it here (a waiter process that outlives this terminal), then submits") for after in plan.after]
     notes = getattr(get(plan.job.backend), "notes", None)
     return [*waits, *(notes(plan) if notes is not None else [])]

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from launch.core.layout import REQUEUED, read_json
+
 JOBS = "jobs.jsonl"
 TIME_LIMIT = "time limit"  # how a job ended whose ranks stopped at a checkpoint before its time limit
 UNFIT = "unfit nodes"  # how a job ended whose health gate found nodes unfit (then: resubmitted without them)
@@ -34,6 +36,13 @@ def job_of(environ: Mapping[str, str]) -> str:
     array) as ``ARRAY_INDEX``."""
     array, index = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
     return f"{array}_{index}" if array and index else environ.get("SLURM_JOB_ID", "")
+
+
+def requeued_itself(run_dir: Path, job: str, restart: int) -> bool:
+    """Whether ``job``, at its ``restart``, requeued itself (at its time limit, or a preemption): its
+    requeued.json names it and the restart to come."""
+    said = read_json(run_dir / REQUEUED) or {}
+    return said.get("job") == job and said.get("restart") == restart + 1
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:

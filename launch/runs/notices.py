@@ -13,7 +13,7 @@ from pathlib import Path
 
 from launch.core import notify, run_jobs
 from launch.core.after import NEVER_MET
-from launch.core.layout import REQUEUED, read_json
+from launch.core.layout import METRICS, RESULT, read_json
 from launch.runs import outcome
 
 REPORT_LINES = 12  # of the failure or hang report's details, at most
@@ -39,11 +39,11 @@ def ended(run_dir: Path, status: str, exit_code: int | None = None, detail: str 
 
 def _last_metrics(run_dir: Path) -> list[str]:
     """The last metrics line the code logged, where its result.json does not say them."""
-    if read_json(run_dir / "result.json") is not None:
+    if read_json(run_dir / RESULT) is not None:
         return []
     from launch.runs.report import read_records
 
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS
     records = read_records(path) if path.is_file() else []
     return [f"last metrics: {records[-1]}"] if records else []
 
@@ -54,9 +54,8 @@ def after_job(run_dir: Path, job: str, status: int | None, *, terminated: bool =
     as the job recorded it (``slurm_batch end``), else from the step's ``status``."""
     if terminated:
         return False
-    requeued = read_json(run_dir / REQUEUED) or {}
-    if requeued.get("job") == job and requeued.get("restart") == int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1:
-        return False  # the job requeued itself: the run goes on
+    if run_jobs.requeued_itself(run_dir, job, int(os.environ.get("SLURM_RESTART_COUNT") or 0)):
+        return False  # the run goes on
     records = [record for record in run_jobs.records(run_dir) if record.get("job") == job and
                record.get("event") == "ended"]
     if records:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from launch.core import avoided_nodes, node_health, run_jobs
-from launch.core.layout import KEPT_NODES, LOGS, REQUEUED, read_json
+from launch.core.layout import KEPT_NODES, LOGS
 from launch.runtime.batch_shell import (
     CHAIN_INDEX,
     RESUBMITTED,
@@ -79,8 +79,7 @@ def gate(run_dir: Path, reports: dict[int, dict[str, object]], *, hosts: list[st
 def _not_to_check(run_dir: Path, job: str, reports: dict[int, dict[str, object]]) -> str | None:
     """Why the check after a failure says nothing of the nodes, if it does not: the job requeued itself (submitit's
     first task, at its time limit or a preemption) or is no longer running, or no node's step ran at all."""
-    requeued = read_json(run_dir / REQUEUED) or {}
-    if requeued.get("job") == job and requeued.get("restart") == restart_count() + 1:
+    if run_jobs.requeued_itself(run_dir, job, restart_count()):
         return "the job requeued itself"
     state = job_state(job)
     if state not in (None, "RUNNING"):

@@ -201,11 +201,10 @@ def _never_met(run_dir: Path, job_id: str, current: JobState, backend: str, clus
     waited = [waited_for for waited_for in after.recorded(layout.read_json(run_dir / after.RECORD))
               if waited_for.job_id]
     states = {waited_for.run_dir: status(Path(waited_for.run_dir)) for waited_for in waited}
-    moved = [replace(waited_for, job_id=str(states[waited_for.run_dir].get("job_id"))) for waited_for in waited
-             if is_active(states[waited_for.run_dir]) and states[waited_for.run_dir].get("job_id")]
-    if current.state == "PENDING" and moved and \
-            _wait_again(run_dir, job_id, [*moved, *(w for w in waited if w.run_dir not in {m.run_dir for m in moved})],
-                        cluster):
+    now = [replace(waited_for, job_id=str(states[waited_for.run_dir]["job_id"]))
+           if is_active(states[waited_for.run_dir]) and states[waited_for.run_dir].get("job_id") else waited_for
+           for waited_for in waited]  # a run still going on: in the job it is in now
+    if current.state == "PENDING" and now != waited and _wait_again(run_dir, job_id, now, cluster):
         return None  # a run it waits for went on in another job (chained, submitted again): that job is waited for
     if current.state == "PENDING":
         cluster.run(["scancel", job_id], 60)

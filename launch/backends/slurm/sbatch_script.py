@@ -240,10 +240,10 @@ def job_end(profile: Profile, python: str, run_dir: str) -> list[str]:
         return ['exit "$launch_status"']
     argv = _batch_job(python, "end", run_dir, "--on-time-limit", slurm.on_time_limit, "--max-timeouts",
                       str(slurm.max_timeouts))
+    end = [f"# slurm.on_time_limit: {slurm.on_time_limit}", f'{shlex.join(argv)} --status "$launch_status"']
     if profile.notify is None:
-        return [f"# slurm.on_time_limit: {slurm.on_time_limit}", f'exec {shlex.join(argv)} --status "$launch_status"']
-    return [f"# slurm.on_time_limit: {slurm.on_time_limit}", f'{shlex.join(argv)} --status "$launch_status"',
-            "launch_end=$?", *end_notice(python, run_dir), 'exit "$launch_end"']
+        return [end[0], f"exec {end[1]}"]
+    return [*end, "launch_end=$?", *end_notice(python, run_dir), 'exit "$launch_end"']
 
 
 def end_notice(python: str, run_dir: str, status: str = "") -> list[str]:
