@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from launch import backends, waiter
 from launch.core import after, layout, snapshot
+from launch.core.after import After
 from launch.core.code_checks import check_code
 from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan
@@ -136,22 +137,22 @@ def _planned(request: Request, *, for_submit: bool) -> tuple[LaunchPlan, Backend
     code = None if chosen.code is None else replace(chosen.code, args=request.args)
     user_config = user_accelerate_config(request, profile)
 
-    def plan_in(run_dir: Path) -> LaunchPlan:
+    def plan_in(run_dir: Path, waits: tuple[After, ...] = ()) -> LaunchPlan:
         return build_plan(profile, strategy.name, code, args=request.args, run_dir=str(run_dir.absolute()),
                           python=sys.executable, workdir=str(Path.cwd()), backend=chosen.backend,
                           max_restarts=request.max_restarts, snapshot=chosen.snapshot,
-                          expand_args=request.expand_args, accelerate_config=user_config)
+                          expand_args=request.expand_args, accelerate_config=user_config, after=waits)
 
     name = run_name(strategy.name, code)
-    placeholder = plan_in(Path(request.run_dir) if request.run_dir is not None else
-                          Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}")
+    folder = Path(request.run_dir) if request.run_dir is not None else \
+        Path(RUNS) / f"{profile.name}-{name}-{RUN_TIME_PLACEHOLDER}"
+    placeholder = plan_in(folder)
     waits = waiter.waits(request.after, placeholder, Path(RUNS)) if request.after else ()
     if request.run_dir is not None or not for_submit:
         # render stays repeatable: the time is filled in when the job is submitted
-        return replace(placeholder, after=waits), chosen.backend
+        return (plan_in(folder, waits) if waits else placeholder), chosen.backend
     # Built again in the folder claimed now: the first plan's refusals came before any folder was made.
-    claimed = plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()))
-    return replace(claimed, after=waits), chosen.backend
+    return plan_in(run_folder.claim_run_dir(Path(RUNS), profile.name, name, datetime.now()), waits), chosen.backend
 
 
 def user_accelerate_config(request: Request, profile: Profile) -> UserConfig | None:

@@ -6,6 +6,7 @@ with the chosen backend's node wiring. What submit, check, sweep, render and the
 from __future__ import annotations
 
 from launch import backends
+from launch.core.after import After
 from launch.core.entrypoint import Target
 from launch.core.plan import LaunchPlan, plan_for
 from launch.core.profile import Profile
@@ -19,14 +20,14 @@ def build_plan(profile: Profile, strategy: str, code: Target | None = None, *, a
                run_dir: str, python: str, workdir: str, launcher: str | None = None,
                backend: backends.Backend | None = None, max_restarts: int = 0, check: bool = False,
                snapshot: Snapshot | None = None, expand_args: bool = False,
-               accelerate_config: UserConfig | None = None) -> LaunchPlan:
+               accelerate_config: UserConfig | None = None, after: tuple[After, ...] = ()) -> LaunchPlan:
     """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``, by ``backend``
     (the one chosen already) or else the profile's backend for ``launcher`` (SLURM: submitit or sbatch).
     The rest is ``launch.core.plan.plan_for``'s."""
     chosen = backend if backend is not None else backends.for_profile(profile, launcher)
     return plan_for(profile, get_strategy(strategy), chosen, code, args=args, run_dir=run_dir, python=python,
                     workdir=workdir, max_restarts=max_restarts, check=check, snapshot=snapshot,
-                    expand_args=expand_args, accelerate_config=accelerate_config)
+                    expand_args=expand_args, accelerate_config=accelerate_config, after=after)
 
 
 def node_wiring(profile: Profile) -> NodeWiring | None:

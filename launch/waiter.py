@@ -52,7 +52,8 @@ def waits(given: tuple[str, ...], plan: LaunchPlan[Any], runs: Path) -> tuple[Af
             raise LaunchError(f"--after {text}: {after.NEVER_MET}: "
                               f"{after.never_met_detail(After(str(folder), condition), str(state.get('status')))}")
         if met is None:
-            waits.append(After(str(folder), condition, backends.job_dependency(plan, folder)))
+            job = backends.job_dependency(plan, folder)
+            waits.append(After(str(folder), condition, *(job or ())))
     if any(waited.job_id is None for waited in waits):  # launch waits here anyway: for all of them, then submits
         waits = [After(waited.run_dir, waited.condition) for waited in waits]  # no job id gone stale by then
     return tuple(waits)

@@ -169,14 +169,14 @@ def render_notes(plan: LaunchPlan[Any]) -> list[str]:
     return [*waits, *(notes(plan) if notes is not None else [])]
 
 
-def job_dependency(plan: LaunchPlan[Any], run_dir: Path) -> str | None:
+def job_dependency(plan: LaunchPlan[Any], run_dir: Path) -> tuple[str, str] | None:
     """The job id the scheduler's own dependency of ``plan``'s job on the run in ``run_dir`` names (both jobs of one
-    SLURM cluster); None where launch waits for that run itself."""
+    SLURM cluster), and that run's folder as the job's nodes see it; None where launch waits for that run itself."""
     depends = getattr(get(plan.job.backend), "job_dependency", None)
     if depends is None:
         return None
     backend, state = recorded(run_dir)
-    return cast("str | None", depends(plan, backend.name, state))
+    return cast("tuple[str, str] | None", depends(plan, backend.name, state, run_dir))
 
 
 def render_text(plan: LaunchPlan[Any]) -> str:

@@ -19,23 +19,26 @@ NEVER_MET = "dependency never met"  # the state of a run whose dependency can ne
 @dataclass(frozen=True)
 class After:
     """One run this run waits for: its folder, the condition, and where SLURM knows its job (the same
-    cluster), that job's id, for SLURM's own dependency; else launch waits for it here."""
+    cluster), that job's id, for SLURM's own dependency (and the folder there, where the waiting job looks, as it
+    starts, whether the run went on in another job); else launch waits for it here."""
 
     run_dir: str
     condition: str = "ok"
     job_id: str | None = None
+    there: str | None = None  # with job_id: the run's folder as the cluster's nodes see it (behind a login host)
 
     def describe(self) -> str:
         return f"{self.run_dir} ({self.condition}: {MEANING[self.condition]})"
 
     def to_json(self) -> dict[str, object]:
-        return {"run_dir": self.run_dir, "condition": self.condition, "job_id": self.job_id}
+        return {"run_dir": self.run_dir, "condition": self.condition, "job_id": self.job_id,
+                **({"there": self.there} if self.there is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> After:
-        job_id = data.get("job_id")
+        job_id, there = data.get("job_id"), data.get("there")
         return cls(run_dir=str(data["run_dir"]), condition=str(data.get("condition", "ok")),
-                   job_id=None if job_id is None else str(job_id))
+                   job_id=None if job_id is None else str(job_id), there=None if there is None else str(there))
 
 
 def record(afters: tuple[After, ...]) -> dict[str, object]:

@@ -96,6 +96,7 @@ class PlanInputs:
     accelerate_wiring: NodeWiring | None = None  # the backend's: how each node's `accelerate launch` gets its rank
     snapshot: Snapshot | None = None
     runtime: str | None = None  # in the job's run folder: launch's runtime zip for an image without launch
+    after: tuple[After, ...] = ()  # the runs it waits for (submit --after)
 
 
 class PlanBackend(Protocol):
@@ -115,7 +116,7 @@ class PlanBackend(Protocol):
 def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Target | None = None, *,
              args: tuple[str, ...] = (), run_dir: str, python: str, workdir: str, max_restarts: int = 0,
              check: bool = False, snapshot: Snapshot | None = None, expand_args: bool = False,
-             accelerate_config: UserConfig | None = None) -> LaunchPlan[Any]:
+             accelerate_config: UserConfig | None = None, after: tuple[After, ...] = ()) -> LaunchPlan[Any]:
     """The plan for ``code`` (the strategy's example with ``args`` when None) on ``profile``, built by
     ``backend``; ``run_dir``, ``python`` and ``workdir`` are absolute paths.
 
@@ -133,6 +134,8 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
 
     ``expand_args`` has each process expand ``${NAME}`` in the code's arguments (else they stay as given).
     ``accelerate_config`` (the accelerate strategy) is the user's own config file, launch's keys filled in.
+    ``after``: the runs it waits for (``submit --after``); a SLURM job waiting for jobs of its own cluster looks, as
+    it starts, whether those runs went on in other jobs.
     """
     strategy = chosen.name
     if code is not None and not chosen.user_code and not check:
@@ -169,7 +172,7 @@ def plan_for(profile: Profile, chosen: Strategy, backend: PlanBackend, code: Tar
                         python=python, here_python=here_python, setup_python=setup_python, workdir=workdir,
                         max_restarts=max_restarts, checking=check, code=code, snapshot=snapshot,
                         expand_args=expand_args, accelerate_config=accelerate_config,
-                        accelerate_wiring=backend.accelerate_wiring, runtime=runtime)
+                        accelerate_wiring=backend.accelerate_wiring, runtime=runtime, after=after)
     return backend.build(inputs)
 
 
@@ -258,7 +261,7 @@ def plan_env(inputs: PlanInputs, run_dir: str, stop_signals: str = "", **wiring:
 def make_plan(inputs: PlanInputs, env: tuple[tuple[str, str], ...], job: JobT) -> LaunchPlan[JobT]:
     return LaunchPlan(profile=inputs.profile, strategy=inputs.strategy.name, code=inputs.code,
                       bundled=inputs.bundled, run_dir=inputs.run_dir, env=env, job=job, snapshot=inputs.snapshot,
-                      runtime=inputs.runtime)
+                      runtime=inputs.runtime, after=inputs.after)
 
 
 def in_shell(inputs: PlanInputs, argv: tuple[Arg, ...], run_dir: str, *, after: bool = True) -> tuple[Arg, ...]:

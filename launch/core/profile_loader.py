@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from launch.core import containers, environment_checks, notify, site_shell
+from launch.core import containers, environment_checks, notify, site_shell, tracking
 from launch.core.environment import ENVIRONMENT
 from launch.core.profile import Profile
 from launch.core.profile_schema import convert_dataclass, yaml_key
@@ -216,7 +216,8 @@ def check_profile(profile: Profile, rules_for: RulesFor) -> list[str]:
     """Problems with values that are well-typed but impossible together, each as 'key.path: message'."""
     problems = (_check_names(profile) + _check_counts(profile) + _check_sections(profile, rules_for)
                 + site_shell.check_shell(profile) + containers.check_container(profile)
-                + environment_checks.check_environment(profile) + notify.problems(profile.notify))
+                + environment_checks.check_environment(profile) + notify.problems(profile.notify)
+                + tracking.problems(profile.tracking))
     named = [(f"env.{key}", key) for key in profile.env] + [(f"secrets[{i}]", key) for i, key in
                                                           enumerate(profile.secrets)]
     for where, key in named:

@@ -21,6 +21,7 @@ FAILED_ON_UNFIT = "failed on unfit nodes"  # its ranks failed, and the gate run 
 NODE_FAILED = "node failure"  # SLURM ended it (NODE_FAIL) without a requeue; then: chained, the next took over
 GOES_ON = ("chained", "resubmitted")  # after these, the run goes on in the job named ``next``
 SKIPPED = "skipped"  # a chained job that found its run over as it started (it exits at once)
+WAITED_RUN_WENT_ON = "a run it waits for went on"  # (submit --after) in another job: it waits for that job instead
 RECHECKING = "rechecking"  # after its ranks failed, the job runs its health gate again (its batch shell is alive)
 BAD_NODE_EVENTS = ("gate", "lost")  # lines naming nodes found bad (``unfit``: host -> why): its gate, a node lost
 
@@ -98,9 +99,11 @@ def jobs(run_dir: Path) -> list[Job]:
 
 def successor(run_dir: Path, job_id: str) -> str | None:
     """The job the run goes on in after ``job_id``: chained after it, once it stopped at its time limit, or
-    submitted again without the nodes its health gate found unfit (as it started, or after its ranks failed)."""
+    submitted again: without the nodes its health gate found unfit (as it started, or after its ranks failed), or
+    to wait for the job a run it waits for went on in."""
     for job in jobs(run_dir):
-        if job.job == job_id and job.ended in (TIME_LIMIT, UNFIT, FAILED_ON_UNFIT, NODE_FAILED) and job.then in GOES_ON:
+        if job.job == job_id and job.ended in (TIME_LIMIT, UNFIT, FAILED_ON_UNFIT, NODE_FAILED, WAITED_RUN_WENT_ON) \
+                and job.then in GOES_ON:
             return job.next
     return None
 
@@ -151,6 +154,9 @@ def describe(job: Job) -> str:
         end = f"its health gate found nodes unfit ({job.why}); submitted again without them as job {job.next}"
     elif job.ended == NODE_FAILED:
         end = f"ended at a node failure (NODE_FAIL), not requeued; job {job.next}, chained after it, took the run over"
+    elif job.ended == WAITED_RUN_WENT_ON:
+        end = f"started early: a run it waits for went on in another job ({job.why}); submitted again as job " \
+              f"{job.next}, waiting for that job"
     elif job.ended == FAILED_ON_UNFIT:
         end = (f"its ranks failed, and its health gate, run again, found nodes unfit ({job.why}); submitted again "
                f"without them as job {job.next}")
@@ -165,6 +171,7 @@ def lines(run_dir: Path, last_ended: str | None = None) -> list[str]:
     found = jobs(run_dir)
     if found and found[-1].ended is None and last_ended is not None:
         found[-1] = replace(found[-1], ended=last_ended)
-    if not found or (len(found) == 1 and found[0].starts <= 1 and found[0].ended != TIME_LIMIT):
+    if not found or (len(found) == 1 and found[0].starts <= 1 and found[0].ended != TIME_LIMIT
+                     and found[0].then not in GOES_ON):
         return []
     return [f"  {describe(job)}" for job in found]

@@ -10,13 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import re
+import urllib.parse
 from dataclasses import replace
 from pathlib import PurePosixPath
 
 from launch.core.environment import TRACKING
-from launch.core.profile import Profile
+from launch.core.profile import Profile, TrackingSection
 
 RECORD = "trackers.json"  # in the run folder: each tracker's run (id, link), written by the main process
+
+
+def problems(section: TrackingSection | None) -> list[str]:
+    """What is wrong with a profile's ``tracking`` section, each as 'key.path: message' (no secret quoted)."""
+    if section is None or section.mlflow is None:
+        return []
+    try:
+        password = urllib.parse.urlsplit(section.mlflow.tracking_uri).password
+    except ValueError:  # a port that is no number: MLflow says so itself
+        password = None
+    if password is None:
+        return []
+    return ["tracking.mlflow.tracking_uri: holds a password (user:password@), which would be written into the job's "
+            "files and shown by status; give the URI without it, and MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD in the environment you submit from, listed in secrets:"]
 
 
 def wandb_run_id(run_dir: str) -> str:

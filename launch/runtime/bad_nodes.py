@@ -199,7 +199,7 @@ def ended_by_node_failure(job: str) -> bool:
     """Whether SLURM ended ``job`` at a node failure (NODE_FAIL) without requeueing it (a site or job without
     requeue): scontrol says, while it remembers the job (MinJobAge), else the accounting (sacct); False where
     neither does."""
-    return job_state(job) == "NODE_FAIL" or _accounted_state(job) == "NODE_FAIL"
+    return job_state(job) == "NODE_FAIL" or accounted_state(job) == "NODE_FAIL"
 
 
 def job_state(job: str) -> str | None:
@@ -208,7 +208,7 @@ def job_state(job: str) -> str | None:
     return None if said is None else _fields(said).get("JobState")
 
 
-def _accounted_state(job: str) -> str | None:
+def accounted_state(job: str) -> str | None:
     """The job's state in SLURM's accounting (``sacct``), where the site keeps one."""
     states = (_slurm_says("sacct", "-X", "-n", "-P", "-o", "State", "-j", job) or "").split()
     return states[0] if states else None

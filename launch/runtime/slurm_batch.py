@@ -1,6 +1,9 @@
 """What the sbatch launcher's batch shell asks of launch (``python -m launch.runtime.slurm_batch``), on the job's
 first node:
 
+- ``waits``: a job SLURM held until the jobs of the runs it waits for ended (``submit --after``) looks at them: one
+  that went on in another job has not ended, and this job is submitted again to wait for that one
+  (``launch.runtime.waited_runs``).
 - ``start``: the job recorded in the run's ``jobs.jsonl`` (its hosts, the checkpoint it continues from); after
   SLURM requeued it, the nodes of its last start that SLURM lists as down are recorded as lost and avoided. Under
   ``slurm.on_time_limit: chain``, its successor is queued now (``--dependency=afterany``); a successor whose
@@ -29,8 +32,16 @@ import time
 from pathlib import Path
 
 from launch.core import node_health, run_jobs
-from launch.core.layout import CHECKPOINTS, LATEST_CHECKPOINT, REQUEUED, STOP_REQUEST, read_json, write_json_atomic
-from launch.runtime import bad_nodes
+from launch.core.layout import (
+    CHECKPOINTS,
+    LATEST_CHECKPOINT,
+    REQUEUED,
+    STOP_REQUEST,
+    rank_state_path,
+    read_json,
+    write_json_atomic,
+)
+from launch.runtime import bad_nodes, waited_runs
 from launch.runtime.batch_shell import (
     CHAIN_AFTER,
     CHAIN_INDEX,
@@ -133,9 +144,13 @@ def end(run_dir: Path, status: int, *, policy: str, max_timeouts: int) -> int:
     request = read_json(run_dir / STOP_REQUEST) or {}
     asked = request.get("job") == job and request.get("restart") == restart_count()
     now = time.time()
-    if not asked or status != 0:
+    done = asked and status == 0 and finished_before_the_stop(run_dir, job)
+    if not asked or status != 0 or done:
         ended = "finished" if status == 0 else "failed"
-        why = "after the time-limit signal: the ranks did not stop cleanly" if asked else ""
+        why = "the time-limit signal came as the code finished: nothing left to requeue" if done \
+            else "after the time-limit signal: the ranks did not stop cleanly" if asked else ""
+        if done:
+            say(f"{why} (every rank finished its work and was never told to stop)")
         run_jobs.append(run_dir, {"job": job, "event": "ended", "ended": ended, "status": status, "time": now,
                                   "why": why})
         cancel_successor(run_dir, job)
@@ -169,6 +184,22 @@ def end(run_dir: Path, status: int, *, policy: str, max_timeouts: int) -> int:
     return _stopped(run_dir, record, "slurm.on_time_limit: stop")
 
 
+def finished_before_the_stop(run_dir: Path, job: str) -> bool:
+    """Whether every rank of this start finished its work though a stop was asked: each recorded "finished" and
+    watched for stops (launch.job.watch_stops) without ever being told to stop, so the signal came as it ended.
+    Code that does not watch (its own handler, say) may have stopped at a checkpoint and exited 0: not sure, so
+    not finished (a requeued job resumes from its checkpoint)."""
+    started = [record.get("time", 0) for record in run_jobs.records(run_dir)
+               if record["job"] == job and record.get("event") == "started"]
+    if not started:
+        return False
+    state = rank_state_path(run_dir, "*")
+    ranks = [read_json(path) or {} for path in state.parent.glob(state.name)]
+    this_start = [rank for rank in ranks if isinstance(rank.get("time"), int | float) and rank["time"] >= started[-1]]
+    return bool(this_start) and all(rank.get("status") == "finished" and rank.get("stop_watched") is True
+                                    for rank in this_start)
+
+
 def _stopped(run_dir: Path, record: dict[str, object], why: str) -> int:
     run_jobs.append(run_dir, {**record, "then": "stopped", "why": why})
     say(f"the run stopped at a checkpoint before its time limit ({why}); it continues from there when the same "
@@ -178,10 +209,10 @@ def _stopped(run_dir: Path, record: dict[str, object], why: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.runtime.slurm_batch", description=__doc__)
-    parser.add_argument("action", choices=("start", "gate", "stop", "end"))
+    parser.add_argument("action", choices=("waits", "start", "gate", "stop", "end"))
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--max-chain", type=int, help="start: chain a successor; the most jobs in the chain")
-    parser.add_argument("--script", help="start: the batch script the successor runs")
+    parser.add_argument("--script", help="waits, start, gate: the batch script a job submitted again runs")
     parser.add_argument("--signal", default="SIGUSR2", help="stop: the signal each rank's code gets")
     parser.add_argument("--status", type=int, default=0, help="end: the step's exit status")
     parser.add_argument("--on-time-limit", choices=POLICIES, default="requeue")
@@ -193,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", default="", help="start, gate: the profile's own sbatch --exclude")
     parser.add_argument("--after-failure", type=int, help="gate: the ranks' exit status, where it ran again after them")
     parser.add_argument("--train-nodes", type=int, help="gate: with spare nodes, how many of the fit ones train")
-    parser.add_argument("--resubmit", default="", help="gate: what submits the run's job again (submitit's), one "
-                                                       "shell-quoted line; --exclude NODES is added")
+    parser.add_argument("--resubmit", default="", help="waits, gate: what submits the run's job again (submitit's), "
+                                                       "one shell-quoted line; --dependency or --exclude is added")
     args = parser.parse_args(argv)
     signal.Signals[args.signal]  # noqa: B018 - an unknown name is refused here, not in every rank
+    if args.action == "waits":
+        return waited_runs.waits(args.run_dir, script=args.script or "", resubmit=args.resubmit)
     if args.action == "start":
         return start(args.run_dir, max_chain=args.max_chain, script=args.script, hosts=tuple(args.hosts.split()),
                      max_failures=args.max_node_failures, avoid_hours=args.avoid_hours, exclude=args.exclude)

@@ -33,6 +33,7 @@ StopRequested.__module__ = "launch.job"  # its public home: tracebacks and pickl
 
 _requested: int | None = None
 _watching = False
+_told = False  # should_stop, agreed_stop or stop_requested has answered "stop" in this process
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
@@ -66,8 +67,16 @@ def watching() -> bool:
     return _watching
 
 
+def told() -> bool:
+    """Whether this process's code was told to stop (``should_stop`` answered True): code that watches stops and
+    then ends cleanly stopped at a checkpoint; one that was never told finished its work."""
+    return _told
+
+
 def stop_requested() -> int | None:
     """The stop signal this process received, if any (no agreement with the other ranks)."""
+    global _told
+    _told = _told or _requested is not None
     return _requested
 
 
@@ -79,14 +88,17 @@ def agreed_stop(device: Any = None) -> int | None:  # noqa: ANN401 - a torch.dev
     import torch
     import torch.distributed as dist
 
+    global _told
     local = _requested or 0
     if not (dist.is_available() and dist.is_initialized()):
-        return local or None
-    if device is None:
-        device = _collective_device(dist.get_backend())
-    flag = torch.tensor([local], dtype=torch.int64, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return int(flag.item()) or None
+        agreed = local
+    else:
+        flag = torch.tensor([local], dtype=torch.int64,
+                            device=_collective_device(dist.get_backend()) if device is None else device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        agreed = int(flag.item())
+    _told = _told or bool(agreed)
+    return agreed or None
 
 
 def _collective_device(backend: str) -> Any:  # noqa: ANN401 - a torch.device

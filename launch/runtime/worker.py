@@ -35,7 +35,7 @@ from launch.core.layout import HUNG_EXIT_STATUS, OOM_HINT, STACKS, rank_log_path
 from launch.core.lifetime import die_with_parent
 from launch.core.secrets import secret_values
 from launch.core.shell import expand
-from launch.runtime import hang_watch, oom, phases, stacks, trackers
+from launch.runtime import hang_watch, oom, phases, stacks, stops, trackers
 from launch.runtime import rank_log as ranklog
 from launch.runtime.checkpoint_writer import flush_checkpoints
 from launch.runtime.identity import info
@@ -253,8 +253,12 @@ def _recorded(run: Callable[[], int | None], run_dir: Path, rank: int) -> int:
     if code:
         ranklog.record_rank(run_dir, rank, "failed", reason=f"exited with status {code}", exit_code=code,
                             **stacks.last_collective())
-    else:
-        ranklog.record_rank(run_dir, rank, "finished", exit_code=0, **stacks.last_collective())
+    elif stops.watching() and stops.told():  # told to stop, it ended cleanly: at a checkpoint, not done
+        ranklog.record_rank(run_dir, rank, "stopped", reason="told to stop (launch.job.should_stop), it exited",
+                            exit_code=0, **stacks.last_collective())
+    else:  # stop_watched: a stop signal that came as it finished reached no step of its own (slurm_batch end)
+        ranklog.record_rank(run_dir, rank, "finished", exit_code=0, **stacks.last_collective(),
+                            **({"stop_watched": True} if stops.watching() else {}))
     return code
 
 

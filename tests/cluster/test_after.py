@@ -24,6 +24,7 @@ def test_slurm_waits_for_a_run_of_its_own_cluster_and_launch_ends_one_whose_depe
     a_job = re.search(r"job (\d+) submitted", first.stdout).group(1)  # type: ignore[union-attr]
     rendered = run_cli("render", *common, "--after", str(tmp_path / "a"), env=env, cwd=tmp_path)
     assert f"(ok: to finish): SLURM's own --dependency=afterok:{a_job}" in rendered.stdout, rendered.stdout
+    assert "-m launch.runtime.slurm_batch waits --run-dir" in rendered.stdout, "it looks whether the run went on"
     ok = run_cli("submit", *common, "--after", str(tmp_path / "a"), "--run-dir", str(tmp_path / "b"), "--detach",
                  "--", "--max-steps", "4", env=env, cwd=tmp_path)
     failed = run_cli("submit", *common, "--after", f"{tmp_path / 'a'}:failed", "--run-dir", str(tmp_path / "c"),

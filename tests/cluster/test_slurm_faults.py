@@ -283,6 +283,13 @@ def test_where_a_job_may_not_requeue_a_chain_of_jobs_runs_one_run_and_resumes_ex
     goes on in the next job. Once the run is done, the job queued behind the last one is cancelled."""
     out, run_dir, env, first = _paced(second_pair, tmp_path, "  on_time_limit: chain\n  max_chain: 5\n"
                                                             "  extra_sbatch: {no-requeue: ''}\n")
+    # a run waiting for this one to finish (submit --after, SLURM's afterok on its first job): each job that stops
+    # at its time limit ends COMPLETED, which would start it early; it waits for the job the run went on in
+    waiting, waiting_out = tmp_path / "waiting", tmp_path / "waiting-out"
+    queued = run_cli("submit", "--profile", str(second_pair.profile(tmp_path, name="waiting.yaml")), "--launcher",
+                     "submitit", "--script", str(USER_CODE / "probe.py"), "--after", str(run_dir), "--run-dir",
+                     str(waiting), "--detach", "--", str(waiting_out), "--no-torch", env=env)
+    assert queued.returncode == 0, queued.stderr
     stops = _trained_exactly_once(out, run_dir)
     assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=env).stdout, 60)
     status = run_cli("status", str(run_dir), env=env).stdout
@@ -300,6 +307,12 @@ def test_where_a_job_may_not_requeue_a_chain_of_jobs_runs_one_run_and_resumes_ex
     assert leftover is not None, "the last job queued one behind it"
     assert wait_for(lambda: leftover not in _slurm(env, "squeue", "-h", "-o", "%i").split(), 30), \
         "the job queued behind the last one is cancelled once the run is done"
+    assert wait_for(lambda: ": finished" in run_cli("status", str(waiting), env=env).stdout, 180)
+    said = run_cli("status", str(waiting), env=env).stdout
+    assert "started early: a run it waits for went on in another job" in said, said
+    ended = max(record["time"] for record in run_jobs.records(run_dir) if record.get("event") == "ended")
+    began = min(path.stat().st_mtime for path in waiting_out.glob("rank-*.json"))
+    assert began > ended, "the waiting run started only after the run it waits for ended, in its last job"
 
 
 def test_two_jobs_at_once_share_the_nodes_without_colliding(slurm_cluster, write_profile,  # type: ignore[no-untyped-def]

@@ -147,3 +147,46 @@ def test_the_batch_script_asks_for_the_signal_traps_it_and_chains_from_its_own_f
     assert "-m launch.runtime.slurm_batch start --run-dir /runs/r1 --max-chain 4 --script /runs/r1/job.sbatch" in script
     assert "trap '" in script and "slurm_batch stop --run-dir /runs/r1 --signal SIGUSR1' USR1" in script
     assert "slurm_batch end --run-dir /runs/r1 --on-time-limit chain --max-timeouts 3" in script
+
+
+WATCHES_STOPS = """\
+import sys, time
+from launch import job
+job.watch_stops()
+print("ready", flush=True)
+if sys.argv[1] == "told":
+    while not job.should_stop():
+        time.sleep(0.05)
+    print("told to stop: saved, exiting cleanly", flush=True)
+else:
+    time.sleep(3)  # its work done: a teardown, during which the stop may come; never asks again
+"""
+
+
+@pytest.mark.parametrize(("code", "ended"), [("finished", ("finished", None)), ("told", ("time limit", "stopped"))])
+def test_a_stop_that_comes_as_the_code_finishes_ends_the_run_and_requeues_nothing(
+        tmp_path: Path, code: str, ended: tuple[str, str | None]) -> None:
+    """The time-limit signal can come after the code's last step, as it tears down: code that watches for stops
+    and was never told to stop finished its work, and the job ends finished; requeued, it would train again
+    from its last checkpoint. Code told to stop that exits cleanly stopped at a checkpoint, and the job is
+    handled as a stop at the time limit."""
+    script, run_dir = tmp_path / "train.py", tmp_path / "run"
+    script.write_text(WATCHES_STOPS)
+    run_dir.mkdir()
+    assert _batch(run_dir, "start").returncode == 0
+    env = {**os.environ, "LAUNCH_RUN_DIR": str(run_dir), "LAUNCH_STOP_SIGNALS": "SIGUSR2", "RANK": "0",
+           "LOCAL_RANK": "0", "WORLD_SIZE": "1", "SLURM_JOB_ID": "101"}
+    rank = subprocess.Popen([sys.executable, "-m", "launch.runtime.worker", str(script), code], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert rank.stdout is not None and rank.stdout.readline() == "ready\n"
+        assert _batch(run_dir, "stop", "--signal", "SIGUSR2").returncode == 0
+        assert rank.wait(timeout=30) == 0
+    finally:
+        rank.kill()
+        rank.wait()
+    done = _batch(run_dir, "end", "--status", "0", "--on-time-limit", "stop")
+    assert done.returncode == 0
+    (job,) = run_jobs.jobs(run_dir)
+    assert (job.ended, job.then) == ended, done.stderr
+    assert ("the time-limit signal came as the code finished" in done.stderr) == (code == "finished"), done.stderr

@@ -39,3 +39,12 @@ def test_a_sweeps_points_are_one_wandb_group(tmp_path: Path, write_profile) -> N
     rendered = run_cli("render", "--profile", str(write_profile(TRACKED)), "--grid", "lr=1,2", "--run-dir",
                        str(tmp_path / "lrs"), cwd=tmp_path).stdout
     assert _env(rendered)["WANDB_RUN_GROUP"] == "lrs" and _env(rendered)["WANDB_RUN_ID"].startswith("p000-lr-1-")
+
+
+def test_an_mlflow_uri_with_a_password_is_refused_without_quoting_it(write_profile) -> None:  # type: ignore[no-untyped-def]
+    profile = write_profile("extends: local-cpu\ntracking:\n  mlflow: {tracking_uri: 'https://ann:s3cret-77@mlflow.x', "
+                            "experiment: mnist}\n")
+    done = run_cli("render", "--profile", str(profile))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "tracking.mlflow.tracking_uri: holds a password" in done.stderr and "MLFLOW_TRACKING_PASSWORD" in done.stderr
+    assert "s3cret-77" not in done.stderr + done.stdout

@@ -104,16 +104,20 @@ class SlurmBackend(Generic[JobT]):
     def render(self, plan: LaunchPlan[JobT]) -> list[str]:
         return self.launcher.render(plan)
 
-    def job_dependency(self, plan: LaunchPlan[JobT], backend: str, state: State) -> str | None:
-        """The job id SLURM's own --dependency names, where the run this plan waits for (its ``backend`` and
-        recorded ``state``) is a job of the same cluster (requeues keep it); else None: launch waits for it."""
+    def job_dependency(self, plan: LaunchPlan[JobT], backend: str, state: State,
+                       run_dir: Path) -> tuple[str, str] | None:
+        """The job id SLURM's own --dependency names, where the run this plan waits for (its ``backend``, recorded
+        ``state`` and folder ``run_dir``) is a job of the same cluster (requeues keep it), and that run's folder as
+        the nodes see it; else None: launch waits for it."""
         job_id = state.get("job_id")
         if backend not in ("sbatch", "submitit") or not job_id:
             return None
         theirs, ours = clusters.of(state).remote, self.launcher.where(plan).remote
-        same = theirs is None and ours is None or theirs is not None and ours is not None and \
-            theirs.login.host == ours.login.host
-        return str(job_id) if same else None
+        if theirs is None and ours is None:
+            return str(job_id), str(run_dir)
+        if theirs is not None and ours is not None and theirs.login.host == ours.login.host:
+            return str(job_id), theirs.run_dir
+        return None
 
     def job_run_dir(self, profile: Profile, run_dir: str, workdir: str) -> str:
         login = profile.slurm.login if profile.slurm is not None else None

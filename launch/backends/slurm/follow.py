@@ -131,6 +131,9 @@ def follow(run_dir: Path, job_id: str, backend: str, cluster: Cluster = HERE) ->
                 job_id, restarts, ran_on, last = successor, 0, "", ("", "")
                 continue
             _record(run_dir, job_id, current, backend)
+            recorded = layout.read_json(run_dir / layout.STATE) or {}
+            if recorded.get("status") == after.NEVER_MET:  # said by its batch shell as it started
+                raise WorkerFailure(f"job {job_id}: {after.NEVER_MET}: {recorded.get('detail')}", exit_status=1)
             return current
         stuck = _end_if_every_rank_ended(run_dir, job_id, current, backend, cluster)
         if stuck is not None:
@@ -213,11 +216,15 @@ def _never_met(run_dir: Path, job_id: str, current: JobState, backend: str, clus
                               is_active(states[waited_for.run_dir])) is False]
     why = "; ".join(unmet) or "SLURM says it can never be met (" + \
         ", ".join(waited_for.describe() for waited_for in waited) + ")"
+    _record_never_met(run_dir, job_id, backend, why)
+    return why
+
+
+def _record_never_met(run_dir: Path, job_id: str, backend: str, why: str) -> None:
     recorded = layout.read_json(run_dir / layout.STATE) or {}
     layout.write_json_atomic(run_dir / layout.STATE, {**recorded, "backend": backend, "job_id": job_id,
                                                   "status": after.NEVER_MET, "detail": why, "updated": time.time()})
     notices.ended(run_dir, after.NEVER_MET, detail=why)
-    return why
 
 
 def _wait_again(run_dir: Path, job_id: str, waits: list[after.After], cluster: Cluster) -> bool:
@@ -254,6 +261,8 @@ def _why_it_goes_on(run_dir: Path, job_id: str, state: JobState) -> str:
     job = next((known for known in run_jobs.jobs(run_dir) if known.job == job_id), None)
     if job is not None and job.ended == run_jobs.UNFIT:
         return f"its health gate found nodes unfit ({job.why}): they are excluded"
+    if job is not None and job.ended == run_jobs.WAITED_RUN_WENT_ON:
+        return f"it started early: a run it waits for went on in another job ({job.why})"
     if job is not None and job.ended == run_jobs.FAILED_ON_UNFIT:
         return f"its ranks failed, and its health gate, run again, found nodes unfit ({job.why}): they are excluded"
     return "stopped at a checkpoint before its time limit (slurm.on_time_limit: chain)"
@@ -272,6 +281,10 @@ def _record(run_dir: Path, job_id: str, state: JobState, backend: str) -> None:
     skipped = any(job.job == job_id and job.ended == run_jobs.SKIPPED for job in run_jobs.jobs(run_dir))
     if skipped:  # a chained job followed after its predecessor's end found the run over: not a finish of its own
         status = "failed"
+    never = next((job.why for job in run_jobs.jobs(run_dir) if job.job == job_id and job.ended == after.NEVER_MET),
+                 None)  # its batch shell found, as it started, that a run it waits for ended otherwise
+    if never is not None:
+        return _record_never_met(run_dir, job_id, backend, never)
     run_folder.close_rank_records(run_dir, cancelled=status == "cancelled")
     status, exit_code = outcome.ended(run_dir, status, 1 if skipped else state.exit_code)
     world = (layout.read_json(run_dir / layout.STATE) or {}).get("world_size")

@@ -121,7 +121,8 @@ def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     node = _node(inputs, env)
     script_path = str(PurePath(inputs.run_dir, sbatch_script.SCRIPT))
     script = sbatch_script.render_script(inputs.profile, node, job_name=_job_name(inputs), run_dir=inputs.run_dir,
-                                         python=inputs.setup_python, gate=not inputs.checking)
+                                         python=inputs.setup_python, gate=not inputs.checking,
+                                         waits=any(waited.job_id for waited in inputs.after))
     files = (*plan_files(inputs, inputs.run_dir), PlanFile(path=script_path, text=script, executable=True))
     return make_plan(inputs, env, SbatchJob(node=node, files=files, submit_argv=("sbatch", "--parsable", script_path)))
 
@@ -149,7 +150,7 @@ def _build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
     env = plan_env(inputs, inputs.run_dir, stop_signals=requeue_signals(inputs.profile))
     job = submitit_job(inputs.profile, job_name=_job_name(inputs), run_dir=inputs.run_dir, code=inputs.code, env=env,
                        workdir=inputs.workdir, python=inputs.python, setup_python=inputs.setup_python,
-                       gated=not inputs.checking)
+                       gated=not inputs.checking, waits=any(waited.job_id for waited in inputs.after))
     own = tuple(containers.files(inputs.profile, run_dir=inputs.run_dir, workdir=inputs.workdir))  # the runtime's
     # submitted from this file through the login host; and by the health gate, again without unfit nodes
     own += (PlanFile(path=str(PurePath(inputs.run_dir, submission.FILE)),

@@ -53,9 +53,10 @@ def directives(options: list[tuple[str, str | None]]) -> list[str]:
 
 
 def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir: str, python: str,
-                  gate: bool = True) -> str:
+                  gate: bool = True, waits: bool = False) -> str:
     """The batch script; per-task values stay escaped so that each task, not the batch shell, expands them.
-    ``python`` runs the health gate and the node_setup lines on each node (``gate``: where the profile has one)."""
+    ``python`` runs the health gate and the node_setup lines on each node (``gate``: where the profile has one).
+    ``waits``: the job waits for jobs of runs SLURM knows (submit --after), and looks at them as it starts."""
     lines = ["#!/bin/bash", *directives(sbatch_options(profile, job_name=job_name, run_dir=run_dir))]
     lines.append("set -euo pipefail")
     lines += site_log_link(profile, run_dir)
@@ -68,7 +69,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
             *(profile.slurm.srun_args if profile.slurm is not None else ()),
             *containers.srun_options(profile, run_dir=run_dir, workdir=node.cwd)]
     lines.append(f"cd {shlex.quote(node.cwd)}")
-    lines += job_start(profile, python, run_dir)
+    lines += [*(waits_step(python, run_dir) if waits else []), *job_start(profile, python, run_dir)]
     lines += [*site_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
               *(health_gate_step(profile, python, run_dir) if gate else []),
               *node_setup_step(profile, python, run_dir, then=["launch_status=$?"]), *time_limit_trap(profile, python,
@@ -120,8 +121,20 @@ def job_start(profile: Profile, python: str, run_dir: str) -> list[str]:
                                                          else [])]
     said = "; the run's next job is queued behind this one (slurm.on_time_limit: chain)" if chain else ""
     return [f"# Each job of the run is recorded as it starts (jobs.jsonl), and the nodes a requeued job lost{said}",
-            shlex.join(_batch_job(python, "start", run_dir, *options)) + ' --hosts "$hosts"'
-            + ' || { launch_status=$?; [ "$launch_status" = 3 ] && exit 0; exit "$launch_status"; }']
+            shlex.join(_batch_job(python, "start", run_dir, *options)) + ' --hosts "$hosts"' + _UNLESS_OVER]
+
+
+_UNLESS_OVER = ' || { launch_status=$?; [ "$launch_status" = 3 ] && exit 0; exit "$launch_status"; }'  # 3: RUN_OVER
+
+
+def waits_step(python: str, run_dir: str, resubmit: tuple[str, ...] = ()) -> list[str]:
+    """For a job SLURM held until the jobs of the runs it waits for ended (submit --after): a run that went on in
+    another job (chained, submitted again) has not ended, and this job is submitted again to wait for that one
+    (by ``resubmit``, given --dependency; by default sbatch with the run's job.sbatch)."""
+    again = ["--resubmit", shlex.join(resubmit)] if resubmit else ["--script", str(PurePosixPath(run_dir, SCRIPT))]
+    return ["# It waits for runs of this cluster (submit --after): where one went on in another job, this job is",
+            "# submitted again to wait for that job, and ends here",
+            shlex.join(_batch_job(python, "waits", run_dir, *again)) + _UNLESS_OVER]
 
 
 def time_limit_trap(profile: Profile, python: str, run_dir: str) -> list[str]:

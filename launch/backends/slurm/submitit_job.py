@@ -19,6 +19,7 @@ from launch.backends.slurm.sbatch_script import (
     job_start,
     node_setup_step,
     recheck_verdict,
+    waits_step,
 )
 from launch.backends.slurm.shipping import Remote
 from launch.backends.slurm.submission import Submission
@@ -91,7 +92,7 @@ def executor_parameters(profile: Profile, *, job_name: str, setup: list[str] | N
 
 
 def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target, env: tuple[tuple[str, str], ...],
-                 workdir: str, python: str, setup_python: str, gated: bool = True) -> SubmititJob:
+                 workdir: str, python: str, setup_python: str, gated: bool = True, waits: bool = False) -> SubmititJob:
     """The submitit job; with the profile's shell, the batch script exports the plan's variables, runs the
     modules, setup and node_setup before the tasks (which start where setup left the shell) and ``after`` after
     them, also when a node's set-up failed."""
@@ -105,6 +106,7 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     resubmit = (setup_python, "-m", submission.MODULE, str(PurePosixPath(run_dir, submission.FILE)))
     gate = health_gate_step(profile, setup_python, run_dir, resubmit) if gated else []
     gate = [*head_lines(profile), *job_start(profile, setup_python, run_dir), *gate] if gate else []
+    gate = [*(waits_step(setup_python, run_dir, resubmit) if waits else []), *gate]  # submit --after: see waits_step
     recheck = health_recheck_step(profile, setup_python, run_dir, resubmit, ran="") if gated else []  # tasks ran
     verdict = recheck_verdict(profile) if recheck else []
     if profile.has_shell:
