@@ -24,11 +24,12 @@ def problems(section: TrackingSection | None) -> list[str]:
     """What is wrong with a profile's ``tracking`` section, each as 'key.path: message' (no secret quoted)."""
     if section is None or section.mlflow is None:
         return []
+    parts = urllib.parse.urlsplit(section.mlflow.tracking_uri)
     try:
-        password = urllib.parse.urlsplit(section.mlflow.tracking_uri).password
+        password = parts.password
     except ValueError:  # a port that is no number: MLflow says so itself
         password = None
-    if password is None:
+    if not password or parts.scheme not in ("http", "https"):  # a database's URI carries its own login
         return []
     return ["tracking.mlflow.tracking_uri: holds a password (user:password@), which would be written into the job's "
             "files and shown by status; give the URI without it, and MLFLOW_TRACKING_USERNAME and "

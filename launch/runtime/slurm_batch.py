@@ -186,18 +186,42 @@ def end(run_dir: Path, status: int, *, policy: str, max_timeouts: int) -> int:
 
 def finished_before_the_stop(run_dir: Path, job: str) -> bool:
     """Whether every rank of this start finished its work though a stop was asked: each recorded "finished" and
-    watched for stops (launch.job.watch_stops) without ever being told to stop, so the signal came as it ended.
-    Code that does not watch (its own handler, say) may have stopped at a checkpoint and exited 0: not sure, so
-    not finished (a requeued job resumes from its checkpoint)."""
+    watched for stops to the end (launch.job.watch_stops, its handlers still in place) without ever being told
+    to stop, so the signal came as it ended. Code that does not watch (its own handler, say) may have stopped at
+    a checkpoint and exited 0: not sure, so not finished (a requeued job resumes from its checkpoint)."""
     started = [record.get("time", 0) for record in run_jobs.records(run_dir)
                if record["job"] == job and record.get("event") == "started"]
-    if not started:
-        return False
-    state = rank_state_path(run_dir, "*")
-    ranks = [read_json(path) or {} for path in state.parent.glob(state.name)]
-    this_start = [rank for rank in ranks if isinstance(rank.get("time"), int | float) and rank["time"] >= started[-1]]
-    return bool(this_start) and all(rank.get("status") == "finished" and rank.get("stop_watched") is True
-                                    for rank in this_start)
+    deadline = time.monotonic() + SEEN_WAIT_S
+    while started:
+        verdict = _finished_untold(run_dir, started[-1])
+        if verdict is not None or time.monotonic() >= deadline:
+            return bool(verdict)
+        time.sleep(0.5)
+    return False
+
+
+SEEN_WAIT_S = 5.0  # for the ranks' last records, written on other nodes, to show here (a shared file system's lag)
+
+
+def _finished_untold(run_dir: Path, since: float) -> bool | None:
+    """Whether each of this start's ranks (rank 0 says how many) finished untold; None while one's last record
+    is not seen here yet."""
+    def current(rank: int) -> dict[str, object] | None:
+        record = read_json(rank_state_path(run_dir, rank)) or {}
+        fresh = isinstance(record.get("time"), int | float) and record["time"] >= since  # type: ignore[operator]
+        return record if fresh and record.get("status") != "running" else None
+
+    def untold(record: dict[str, object]) -> bool:
+        return record.get("status") == "finished" and record.get("stop_watched") is True
+
+    first = current(0)
+    if first is None or not untold(first):
+        return None if first is None else False
+    world = first.get("world_size")
+    others = [current(rank) for rank in range(1, world if isinstance(world, int) else 0)]
+    if not isinstance(world, int) or any(record is None for record in others):
+        return None
+    return all(untold(record) for record in others if record is not None)
 
 
 def _stopped(run_dir: Path, record: dict[str, object], why: str) -> int:
@@ -221,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=10.0, help="gate: the health gate's budget")
     parser.add_argument("--max-node-failures", type=int, default=3)
     parser.add_argument("--avoid-hours", type=float, default=24.0)
-    parser.add_argument("--exclude", default="", help="start, gate: the profile's own sbatch --exclude")
+    parser.add_argument("--exclude", default="", help="waits, start, gate: the profile's own sbatch --exclude")
     parser.add_argument("--after-failure", type=int, help="gate: the ranks' exit status, where it ran again after them")
     parser.add_argument("--train-nodes", type=int, help="gate: with spare nodes, how many of the fit ones train")
     parser.add_argument("--resubmit", default="", help="waits, gate: what submits the run's job again (submitit's), "
@@ -229,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.Signals[args.signal]  # noqa: B018 - an unknown name is refused here, not in every rank
     if args.action == "waits":
-        return waited_runs.waits(args.run_dir, script=args.script or "", resubmit=args.resubmit)
+        return waited_runs.waits(args.run_dir, script=args.script or "", resubmit=args.resubmit, exclude=args.exclude)
     if args.action == "start":
         return start(args.run_dir, max_chain=args.max_chain, script=args.script, hosts=tuple(args.hosts.split()),
                      max_failures=args.max_node_failures, avoid_hours=args.avoid_hours, exclude=args.exclude)

@@ -67,6 +67,12 @@ def watching() -> bool:
     return _watching
 
 
+def watched_to_the_end() -> bool:
+    """Whether this process watches for stops with launch's own handlers still in place (no handler the code or a
+    library set since took a stop signal over: it may have stopped the code without ``should_stop``)."""
+    return _watching and all(signal.getsignal(sig) is _record for sig in stop_signals())
+
+
 def told() -> bool:
     """Whether this process's code was told to stop (``should_stop`` answered True): code that watches stops and
     then ends cleanly stopped at a checkpoint; one that was never told finished its work."""

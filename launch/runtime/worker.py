@@ -258,7 +258,8 @@ def _recorded(run: Callable[[], int | None], run_dir: Path, rank: int) -> int:
                             exit_code=0, **stacks.last_collective())
     else:  # stop_watched: a stop signal that came as it finished reached no step of its own (slurm_batch end)
         ranklog.record_rank(run_dir, rank, "finished", exit_code=0, **stacks.last_collective(),
-                            **({"stop_watched": True} if stops.watching() else {}))
+                            **({"stop_watched": True, "world_size": info().world_size} if stops.watched_to_the_end()
+                               else {}))
     return code
 
 

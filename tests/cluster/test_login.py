@@ -162,10 +162,22 @@ def test_a_running_job_is_followed_its_stacks_taken_and_cancelled_from_the_lapto
     assert stacks.returncode == 0, stacks.stdout + stacks.stderr
     assert "of 4 rank(s)" in stacks.stdout and "train.py:" in stacks.stdout, stacks.stdout
     job_id = _state(run_dir)["job_id"]
+    # a run waiting there for this one to end otherwise (--after RUN:failed): SLURM's own afternotok on its job,
+    # and, as it starts, it looks at the run's folder there (not this laptop's)
+    (project / "hello.py").write_text(RANKS_SCRIPT)
+    waiting = _laptop(login_host, "submit", "--profile", str(profile), "--run-dir", "runs/after-ticks", "--after",
+                      "runs/ticks:failed", "--script", "hello.py", "--detach", "--", "afterwards", cwd=project)
+    assert waiting.returncode == 0, waiting.stdout[-2000:] + waiting.stderr[-3000:]
+    (waited,) = json.loads((project / "runs" / "after-ticks" / "after.json").read_text())["after"]
+    assert (waited["job_id"], waited["there"]) == (job_id, _state(run_dir)["remote"]["run_dir"])
+    assert "-m launch.runtime.slurm_batch waits" in (project / "runs" / "after-ticks" / "plan.txt").read_text()
+    assert "waits for" in _laptop(login_host, "status", "runs/after-ticks", cwd=project).stdout
     cancelled = _laptop(login_host, "cancel", "runs/ticks", cwd=project)
     assert cancelled.returncode == 0, cancelled.stderr
     assert wait_for(lambda: job_id not in _queue(login_host).split(), 60), _queue(login_host)
     assert wait_for(lambda: "cancelled" in _laptop(login_host, "status", "runs/ticks", cwd=project).stdout, 60)
+    assert wait_for(lambda: ": finished" in _laptop(login_host, "status", "runs/after-ticks", cwd=project).stdout,
+                    240), _laptop(login_host, "status", "runs/after-ticks", cwd=project).stdout
 
 
 def test_a_connection_lost_after_sbatch_finds_its_job_instead_of_submitting_again(login_host: LoginHost,

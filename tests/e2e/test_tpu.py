@@ -155,6 +155,10 @@ def test_submit_to_a_pod_sends_the_rendered_command_to_every_host(fake_cloud, st
         assert host["cwd"] == str(tmp_path / "hosts" / f"worker-{worker}" / "project")
     shown = run_cli("logs", str(run_dir), "--rank", "8", cwd=tmp_path, env=env)  # from the host that has it
     assert (shown.returncode, shown.stdout) == (0, "log of rank 8 on worker-2\n"), shown.stderr
+    api = subprocess.run([sys.executable, "-c", "import sys, launch; sys.stderr.write(launch.Run(sys.argv[1]).logs("
+                          "rank=8))", str(run_dir)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    assert api.stderr == "log of rank 8 on worker-2\n", "Run.logs reads it from the host too"
     followed = run_cli("logs", str(run_dir), "--follow", cwd=tmp_path, env=env)
     assert followed.returncode == 2 and "runs on TPU hosts" in followed.stderr
     if strategy == "accelerate":

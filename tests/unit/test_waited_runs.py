@@ -31,14 +31,15 @@ SACCT = '#!/bin/sh\nexit 1\n'  # no accounting
 SBATCH = '#!/bin/sh\necho "sbatch $*" >> "$SAID"; echo 77\n'
 
 
-def _waits(tmp_path: Path, condition: str, states: str,
-           said_how: bool = True) -> tuple[subprocess.CompletedProcess[str], Path, str]:
+def _waits(tmp_path: Path, condition: str, states: str, said_how: bool = True,
+           *options: str) -> tuple[subprocess.CompletedProcess[str], Path, str]:
     """The earlier run: job 10 stopped at its time limit and chained job 11 (``said_how`` False: job 10, with job
     11 chained behind it, never said how it ended). The waiting run (job 20) waits for job 10 under
-    ``condition``; ``states``: what scontrol says of each job. (its end, its folder, what sbatch was asked)"""
+    ``condition``; ``states``: what scontrol says of each job; ``options``: of `slurm_batch waits`. (its end, its
+    folder, what sbatch was asked)"""
     bin_dir, earlier, waiting = tmp_path / "bin", tmp_path / "earlier", tmp_path / "waiting"
     for folder in (bin_dir, earlier, waiting):
-        folder.mkdir()
+        folder.mkdir(exist_ok=True)
     for name, text in (("scontrol", SCONTROL), ("sacct", SACCT), ("sbatch", SBATCH)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -50,16 +51,17 @@ def _waits(tmp_path: Path, condition: str, states: str,
     (waiting / after.RECORD).write_text(json.dumps(after.record((After(str(earlier), condition, "10", str(earlier)),))))
     said = tmp_path / "said"
     done = subprocess.run([sys.executable, "-m", "launch.runtime.slurm_batch", "waits", "--run-dir", str(waiting),
-                           "--script", str(waiting / "job.sbatch")], capture_output=True, text=True, timeout=60,
+                           "--script", str(waiting / "job.sbatch"), *options], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "20",
                                "STATES": states, "SAID": str(said)})
     return done, waiting, said.read_text() if said.exists() else ""
 
 
 def test_a_run_that_went_on_in_a_job_still_running_is_waited_for_in_that_job(tmp_path: Path) -> None:
-    done, waiting, sbatch = _waits(tmp_path, "ok", "10=COMPLETED 11=RUNNING")
+    done, waiting, sbatch = _waits(tmp_path, "ok", "10=COMPLETED 11=RUNNING", True, "--exclude", "n[7-8]")
     assert done.returncode == 3, done.stderr  # RUN_OVER: the batch shell ends this job cleanly
-    assert sbatch == f"sbatch --parsable --dependency=afterok:11 {waiting / 'job.sbatch'}\n"
+    assert sbatch == f"sbatch --parsable --dependency=afterok:11 --exclude=n[7-8] {waiting / 'job.sbatch'}\n", \
+        "the profile's excluded nodes stay excluded"
     (job,) = run_jobs.jobs(waiting)
     assert (job.ended, job.then, job.next) == (run_jobs.WAITED_RUN_WENT_ON, "resubmitted", "77")
     assert run_jobs.successor(waiting, "20") == "77", "submit and status follow the run into job 77"
@@ -102,3 +104,22 @@ def test_a_chained_job_takes_the_run_over_only_after_a_node_failure(tmp_path: Pa
     done, waiting, sbatch = _waits(tmp_path, "any", states, said_how=False)
     assert done.returncode == (3 if waits_again else 0), done.stderr
     assert ("--dependency=afterany:11" in sbatch) == waits_again
+
+
+def test_the_runs_own_line_judges_a_job_that_stopped_at_its_time_limit(tmp_path: Path) -> None:
+    """Job 11 stopped at its time limit and the run stopped there (on_time_limit: stop): SLURM says COMPLETED, the
+    run did not finish."""
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    run_jobs.append(earlier, {"job": "11", "event": "ended", "ended": run_jobs.TIME_LIMIT, "then": "stopped"})
+    done, waiting, sbatch = _waits(tmp_path, "ok", "10=COMPLETED 11=COMPLETED")
+    assert done.returncode == 1 and not sbatch, done.stderr
+    assert f"{after.NEVER_MET}: {earlier} ended stopped (in job 11)" in done.stderr
+
+
+def test_a_job_of_the_waiting_run_that_started_once_does_not_look_again(tmp_path: Path) -> None:
+    """Requeued after it started (a preemption), the waiting run's job goes on: it waited already."""
+    (tmp_path / "waiting").mkdir()
+    run_jobs.append(tmp_path / "waiting", {"job": "20", "event": "started", "time": 1.0})
+    done, waiting, sbatch = _waits(tmp_path, "ok", "10=COMPLETED 11=RUNNING")
+    assert done.returncode == 0 and not sbatch and done.stderr == "", done.stderr

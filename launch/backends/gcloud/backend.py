@@ -79,9 +79,12 @@ def print_rank_log(state: dict[str, object], rank: int) -> None:
     if not isinstance(ssh, list) or not isinstance(folder, str):
         raise SubmitError("this run's state does not say where its hosts are", "see its plan.txt")
     path = str(layout.rank_log_path(folder, rank))
-    done = subprocess.run([*map(str, ssh), remote_shell.print_command(path)], check=False)
+    done = subprocess.run([*map(str, ssh), remote_shell.print_command(path)], check=False, stdout=subprocess.PIPE,
+                          text=True, errors="replace")
     if done.returncode:
         raise SubmitError(f"reading {path} on the TPU hosts failed (gcloud's exit status {done.returncode})")
+    sys.stdout.write(done.stdout)  # through sys.stdout, so that launch.Run(...).logs() gets it too
+    sys.stdout.flush()
 
 
 def _failure(run_dir: Path, job: GcloudJob, status: int) -> str:

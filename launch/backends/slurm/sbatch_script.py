@@ -69,7 +69,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
             *(profile.slurm.srun_args if profile.slurm is not None else ()),
             *containers.srun_options(profile, run_dir=run_dir, workdir=node.cwd)]
     lines.append(f"cd {shlex.quote(node.cwd)}")
-    lines += [*(waits_step(python, run_dir) if waits else []), *job_start(profile, python, run_dir)]
+    lines += [*(waits_step(profile, python, run_dir) if waits else []), *job_start(profile, python, run_dir)]
     lines += [*site_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
               *(health_gate_step(profile, python, run_dir) if gate else []),
               *node_setup_step(profile, python, run_dir, then=["launch_status=$?"]), *time_limit_trap(profile, python,
@@ -127,14 +127,17 @@ def job_start(profile: Profile, python: str, run_dir: str) -> list[str]:
 _UNLESS_OVER = ' || { launch_status=$?; [ "$launch_status" = 3 ] && exit 0; exit "$launch_status"; }'  # 3: RUN_OVER
 
 
-def waits_step(python: str, run_dir: str, resubmit: tuple[str, ...] = ()) -> list[str]:
+def waits_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = ()) -> list[str]:
     """For a job SLURM held until the jobs of the runs it waits for ended (submit --after): a run that went on in
     another job (chained, submitted again) has not ended, and this job is submitted again to wait for that one
-    (by ``resubmit``, given --dependency; by default sbatch with the run's job.sbatch)."""
+    (by ``resubmit``, given --dependency and --exclude; by default sbatch with the run's job.sbatch), without the
+    profile's excluded nodes and those the run avoids."""
     again = ["--resubmit", shlex.join(resubmit)] if resubmit else ["--script", str(PurePosixPath(run_dir, SCRIPT))]
+    own = exclude_list(profile)
     return ["# It waits for runs of this cluster (submit --after): where one went on in another job, this job is",
             "# submitted again to wait for that job, and ends here",
-            shlex.join(_batch_job(python, "waits", run_dir, *again)) + _UNLESS_OVER]
+            shlex.join(_batch_job(python, "waits", run_dir, *again, *(["--exclude", own] if own else [])))
+            + _UNLESS_OVER]
 
 
 def time_limit_trap(profile: Profile, python: str, run_dir: str) -> list[str]:
