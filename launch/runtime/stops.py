@@ -23,7 +23,7 @@ class StopRequested(Exception):  # noqa: N818 - a request, not an error
     expected = True  # an ending, not a crash: rank logs get no traceback for it
 
     def __init__(self, step: int, signum: int | None = None) -> None:
-        signum = signum or _requested or signal.SIGTERM
+        signum = signum or _agreed or _requested or signal.SIGTERM  # as every rank agreed, where it was asked
         super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}, after a checkpoint")
         self.signum, self.step = signum, step
 
@@ -34,6 +34,7 @@ StopRequested.__module__ = "launch.job"  # its public home: tracebacks and pickl
 _requested: int | None = None
 _watching = False
 _told = False  # should_stop, agreed_stop or stop_requested has answered "stop" in this process
+_agreed: int | None = None  # the stop signal agreed_stop last answered (another rank's, where this one got none)
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
@@ -94,7 +95,7 @@ def agreed_stop(device: Any = None) -> int | None:  # noqa: ANN401 - a torch.dev
     import torch
     import torch.distributed as dist
 
-    global _told
+    global _told, _agreed
     local = _requested or 0
     if not (dist.is_available() and dist.is_initialized()):
         agreed = local
@@ -103,7 +104,7 @@ def agreed_stop(device: Any = None) -> int | None:  # noqa: ANN401 - a torch.dev
                             device=_collective_device(dist.get_backend()) if device is None else device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         agreed = int(flag.item())
-    _told = _told or bool(agreed)
+    _told, _agreed = _told or bool(agreed), agreed or _agreed
     return agreed or None
 
 
