@@ -136,9 +136,12 @@ def test_ctrl_c_and_cancel_stop_every_process_on_every_host(ssh_hosts: SshHosts,
     else:
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         said = tmp_path / "stderr.txt"
-        with open(said, "wb") as sink:  # a file, not a pipe nobody reads until the end
+        # a file, not a pipe nobody reads until the end; Ctrl-C's SIGINT as a terminal's foreground command gets it,
+        # even where the suite runs in the background of a shell (which starts it with SIGINT ignored)
+        with open(said, "wb") as sink:
             launcher = subprocess.Popen([sys.executable, "-m", "launch", *command], stdout=subprocess.DEVNULL,
-                                        stderr=sink, env={**os.environ, "PYTHONPATH": path})
+                                        stderr=sink, env={**os.environ, "PYTHONPATH": path},
+                                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for node, rank in (("n1", 1), ("n2", 3)):
         _wait_for_rank(ssh_hosts, node, run_dir, rank)
     on_host = _on_host_path(run_dir)
