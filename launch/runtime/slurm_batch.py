@@ -218,10 +218,10 @@ def _finished_untold(run_dir: Path, since: float) -> bool | None:
     if first is None or not untold(first):
         return None if first is None else False
     world = first.get("world_size")
-    others = [current(rank) for rank in range(1, world if isinstance(world, int) else 0)]
-    if not isinstance(world, int) or any(record is None for record in others):
+    if not isinstance(world, int):
         return None
-    return all(untold(record) for record in others if record is not None)
+    others = [current(rank) for rank in range(1, world)]
+    return None if None in others else all(record is not None and untold(record) for record in others)
 
 
 def _stopped(run_dir: Path, record: dict[str, object], why: str) -> int:

@@ -38,18 +38,21 @@ def slurm_state(job: str) -> str | None:
     return None
 
 
-def now_in(run_dir: Path, job: str) -> str:
+def now_in(run_dir: Path, job: str) -> tuple[str, str | None]:
     """The job the run in ``run_dir`` is in now, followed from ``job``: its successor once it stopped at its time
     limit (chained) or left the run to a job submitted again; its chained job where its batch shell never said how
     it ended and SLURM says a node failure ended it, or says nothing (that job takes the run over as it starts,
-    or finds it over and ends at once)."""
+    or finds it over and ends at once). With it, SLURM's state of that job where its batch shell never said how it
+    ended (None: no answer)."""
     seen = [job]
     while True:
-        successor = run_jobs.successor(run_dir, job)
-        if successor is None and _run_line(run_dir, job) is None and slurm_state(job) in ("NODE_FAIL", None):
-            successor = run_jobs.chained(run_dir, job)
+        successor, state = run_jobs.successor(run_dir, job), None
+        if successor is None and _run_line(run_dir, job) is None:
+            state = slurm_state(job)
+            if state in ("NODE_FAIL", None):
+                successor = run_jobs.chained(run_dir, job)
         if successor is None or successor in seen:
-            return job
+            return job, state
         seen.append(successor)
         job = successor
 
@@ -88,11 +91,10 @@ def waits(run_dir: Path, *, script: str, resubmit: str = "", exclude: str = "") 
     moved: list[After] = []  # went on in a job that has not ended: to wait for
     for one in waited:
         folder = Path(one.there or one.run_dir)
-        current = now_in(folder, one.job_id) if one.job_id else None
+        current, state = now_in(folder, one.job_id) if one.job_id else (None, None)
         if current is None or current == one.job_id:
             now.append(one)  # SLURM judged the very job the run ended in (a requeue keeps its id)
             continue
-        state = None if _run_line(folder, current) is not None else slurm_state(current)
         ended = _ended_as(folder, current, state)
         now.append(replace(one, job_id=current))
         if ended is None:

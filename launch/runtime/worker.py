@@ -253,7 +253,7 @@ def _recorded(run: Callable[[], int | None], run_dir: Path, rank: int) -> int:
     if code:
         ranklog.record_rank(run_dir, rank, "failed", reason=f"exited with status {code}", exit_code=code,
                             **stacks.last_collective())
-    elif stops.watching() and stops.told():  # told to stop, it ended cleanly: at a checkpoint, not done
+    elif stops.told():  # told to stop (so it watches), it ended cleanly: at a checkpoint, not done
         ranklog.record_rank(run_dir, rank, "stopped", reason="told to stop (launch.job.should_stop), it exited",
                             exit_code=0, **stacks.last_collective())
     else:  # stop_watched: a stop signal that came as it finished reached no step of its own (slurm_batch end)

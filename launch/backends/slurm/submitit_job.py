@@ -106,7 +106,8 @@ def submitit_job(profile: Profile, *, job_name: str, run_dir: str, code: Target,
     resubmit = (setup_python, "-m", submission.MODULE, str(PurePosixPath(run_dir, submission.FILE)))
     gate = health_gate_step(profile, setup_python, run_dir, resubmit) if gated else []
     gate = [*head_lines(profile), *job_start(profile, setup_python, run_dir), *gate] if gate else []
-    gate = [*(waits_step(profile, setup_python, run_dir, resubmit) if waits else []), *gate]  # submit --after: see waits_step
+    # submit --after: a run waited for that went on in another job is waited for in that job (waits_step)
+    gate = [*(waits_step(profile, setup_python, run_dir, resubmit) if waits else []), *gate]
     recheck = health_recheck_step(profile, setup_python, run_dir, resubmit, ran="") if gated else []  # tasks ran
     verdict = recheck_verdict(profile) if recheck else []
     if profile.has_shell:
