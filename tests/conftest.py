@@ -28,7 +28,7 @@ import pytest
 pytest.register_assert_rewrite("tests.helpers", "tests.user_code_runs", "tests.check_table", "tests.terminal",
                                "tests.projects", "tests.tpu_plans", "tests.browser", "tests.dashboard")
 
-from tests import parts, testcluster
+from tests import ledger, parts, testcluster
 from tests.scheduling import GROUPS_KEY, FilesAndLanes, GroupGuard, group_of, write_groups
 
 KINDS = ("unit", "e2e", "cluster")
@@ -36,14 +36,28 @@ TESTS = Path(__file__).resolve().parent
 GROUPS = pytest.StashKey[Path]()  # the folder where the workers write their collections' groups
 GUARD = pytest.StashKey[GroupGuard]()
 SPLIT = pytest.StashKey[dict[str, set[str]]]()
+LEDGER_RUN = pytest.StashKey[ledger.Run]()
+METER = pytest.StashKey[ledger.Meter]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the run's controlling process: its workers inherit the id
+        nested = testcluster.RUN_ID_VARIABLE in os.environ  # a test's own pytest run: the outer run counts it
         os.environ[testcluster.RUN_ID_VARIABLE] = uuid.uuid4().hex
         config.stash[GROUPS] = Path(tempfile.mkdtemp(prefix="launch-test-groups-"))
         if config.getoption("dist", None) == "loadfile" and config.getoption("numprocesses", None):
             config.stash[GUARD] = GroupGuard(config.stash[GROUPS])
+        if nested:
+            os.environ.pop(ledger.LEDGER_VARIABLE, None)
+        else:
+            run = ledger.Run.begin(os.environ.get(ledger.LEDGER_VARIABLE), os.environ[testcluster.RUN_ID_VARIABLE])
+            config.stash[LEDGER_RUN] = run
+            os.environ[ledger.LEDGER_VARIABLE] = str(run.folder)
+    if ledger.LEDGER_VARIABLE in os.environ and (not config.getoption("numprocesses", None)
+                                                 or hasattr(config, "workerinput")):  # a process that runs tests
+        worker = getattr(config, "workerinput", {}).get("workerid", "main")
+        config.stash[METER] = ledger.Meter.here(Path(os.environ[ledger.LEDGER_VARIABLE]), worker,
+                                                os.environ[testcluster.RUN_ID_VARIABLE])
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -100,6 +114,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(message)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """The test's CPU, every process it caused counted (tests/ledger.py), from its set-up to its teardown."""
+    meter = item.config.stash.get(METER, None)
+    if meter is None:
+        yield
+        return
+    meter.start(item.nodeid, ledger.lanes_of(getattr(item, "fixturenames", ()),
+                                             item.get_closest_marker("whole_pair") is not None))
+    try:
+        yield
+    finally:
+        meter.stop(item.nodeid, Path(str(item.path)).resolve().parent.name)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> object | None:  # noqa: ANN401 - xdist's
     """``--dist loadfile`` (pyproject's addopts) as tests/scheduling.py groups it; any other ``--dist`` as
@@ -133,6 +162,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(trylast=True)  # after the durations: the last word before the closing line
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:  # noqa: ANN401
+    run = config.stash.get(LEDGER_RUN, None)
+    if run is not None and not hasattr(config, "workerinput"):
+        run.end()
+        terminalreporter.section(f"CPU ledger ({run.folder}; again: python -m tests.ledger {run.folder})")
+        for line in ledger.Ledger.read(run.folder).report():
+            terminalreporter.write_line(line)
     split = config.stash.get(SPLIT, {})
     if split:
         terminalreporter.section("groups split over workers", red=True, bold=True)
@@ -146,6 +181,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
+    if LEDGER_RUN in config.stash:
+        config.stash[LEDGER_RUN].end()  # where the run ended before its summary
     shutil.rmtree(config.stash[GROUPS], ignore_errors=True)
     if testcluster.sweep():
         print("\nstopped the SLURM test cluster a worker of this run left behind")

@@ -143,7 +143,7 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     reporter.say(f"accelerate: {accelerator.distributed_type.value}, world size {accelerator.num_processes} on "
                  f"{env.num_nodes} node(s), device {accelerator.device}, data: {data.description}")
     set_seed(args.seed)
-    model = Net()
+    model = Net(args.width)
     optimizer = build_optimizer(model.parameters(), args.lr)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, *_loaders(data, args))
     for loader in (train_loader, eval_loader):

@@ -33,6 +33,7 @@ class TrainArgs:
     max_steps: int | None = None
     batch_size: int = 64
     lr: float = 1e-3
+    width: int = 32  # the CNN's first convolution's channels (model.Net): 32 is pytorch/examples'
     dataset: str = "synthetic"
     data_dir: str | None = None
     seed: int = 0
@@ -100,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=_positive_int)
     parser.add_argument("--batch-size", type=_positive_int)
     parser.add_argument("--lr", type=_positive_float)
+    parser.add_argument("--width", type=_positive_int)
     parser.add_argument("--dataset", choices=DATASETS)
     parser.add_argument("--data-dir")
     parser.add_argument("--seed", type=_seed)

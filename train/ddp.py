@@ -197,7 +197,7 @@ def _train(args: TrainArgs, env: DistEnv, reporter: Reporter, device: torch.devi
     reporter.say(f"ddp: world size {env.world_size} on {env.num_nodes} node(s), device {device}, "
                  f"data: {data.description}")
     torch.manual_seed(args.seed)
-    net = Net().to(device)
+    net = Net(args.width).to(device)
     model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) \
         if env.launched else net
     sampler = ResumableSampler(data.train, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=args.seed)

@@ -7,15 +7,21 @@ from torch import nn
 from torch.nn import functional as F
 
 
+WIDTH = 32  # pytorch/examples': the first convolution's channels
+
+
 class Net(nn.Module):
-    def __init__(self) -> None:
+    """``width`` channels in the first convolution, twice as many in the second, four times as many hidden units:
+    32 is the seed's CNN; a narrower one trains several times cheaper where accuracy is not the point."""
+
+    def __init__(self, width: int = WIDTH) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.conv1 = nn.Conv2d(1, width, 3, 1)
+        self.conv2 = nn.Conv2d(width, 2 * width, 3, 1)
         self.dropout1 = nn.Dropout(0.25)
         self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
+        self.fc1 = nn.Linear(2 * width * 12 * 12, 4 * width)
+        self.fc2 = nn.Linear(4 * width, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv1(x))

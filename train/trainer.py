@@ -166,8 +166,9 @@ def train(args: TrainArgs, env: DistEnv, reporter: Reporter) -> dict[str, object
     total_steps = args.max_steps or args.epochs * steps_per_epoch
     saves = _checkpoint_callback(args, world_size)
     progress = _progress_callback(reporter, total_steps, args.batch_size * world_size)
-    trainer = _trainer_class()(model=Net(), args=training_args, train_dataset=data.train, eval_dataset=data.test,
-                               data_collator=collate, compute_metrics=accuracy, callbacks=[progress, saves])
+    trainer = _trainer_class()(model=Net(args.width), args=training_args, train_dataset=data.train,
+                               eval_dataset=data.test, data_collator=collate, compute_metrics=accuracy,
+                               callbacks=[progress, saves])
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # our Progress callback prints instead

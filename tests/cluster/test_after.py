@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli, wait_for
+from tests.helpers import NARROW, run_cli, wait_for
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
@@ -18,7 +18,7 @@ def test_slurm_waits_for_a_run_of_its_own_cluster_and_launch_ends_one_whose_depe
         slurm_cluster, tmp_path: Path, launcher: str) -> None:
     env = slurm_cluster
     common = ("--profile", "slurm-local-2x2", "--launcher", launcher)
-    first = run_cli("submit", *common, "--run-dir", str(tmp_path / "a"), "--detach", "--", "--max-steps", "20",
+    first = run_cli("submit", *common, "--run-dir", str(tmp_path / "a"), "--detach", "--", *NARROW, "--max-steps", "20",
                     "--log-every", "5", env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     a_job = re.search(r"job (\d+) submitted", first.stdout).group(1)  # type: ignore[union-attr]
@@ -26,9 +26,9 @@ def test_slurm_waits_for_a_run_of_its_own_cluster_and_launch_ends_one_whose_depe
     assert f"(ok: to finish): SLURM's own --dependency=afterok:{a_job}" in rendered.stdout, rendered.stdout
     assert "-m launch.runtime.slurm_batch waits --run-dir" in rendered.stdout, "it looks whether the run went on"
     ok = run_cli("submit", *common, "--after", str(tmp_path / "a"), "--run-dir", str(tmp_path / "b"), "--detach",
-                 "--", "--max-steps", "4", env=env, cwd=tmp_path)
+                 "--", *NARROW, "--max-steps", "4", env=env, cwd=tmp_path)
     failed = run_cli("submit", *common, "--after", f"{tmp_path / 'a'}:failed", "--run-dir", str(tmp_path / "c"),
-                     "--detach", "--", "--max-steps", "4", env=env, cwd=tmp_path)
+                     "--detach", "--", *NARROW, "--max-steps", "4", env=env, cwd=tmp_path)
     assert ok.returncode == 0 and failed.returncode == 0, ok.stderr + failed.stderr
     b_job = re.search(r"job (\d+) submitted", ok.stdout).group(1)  # type: ignore[union-attr]
     c_job = re.search(r"job (\d+) submitted", failed.stdout).group(1)  # type: ignore[union-attr]

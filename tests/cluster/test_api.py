@@ -14,7 +14,7 @@ SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import launch
-run = launch.submit("slurm-local-2x2", args=["--max-steps", "6", "--log-every", "3"])
+run = launch.submit("slurm-local-2x2", args=["--width", "8", "--max-steps", "6", "--log-every", "3"])
 queued = run.status()
 again = launch.Run(queued.job_id)  # by its SLURM job id, under ./runs
 ended = again.wait(timeout=400)

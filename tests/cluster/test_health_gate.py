@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for, wait_for_run
+from tests.helpers import NARROW, ROOT, processes_mentioning, run_cli, wait_for, wait_for_run
 
 PORT = 29577  # the profile's fixed rendezvous port, so a rule can name it
 SLURM_PORTS = "{ 16818, 61000-61999 }"  # slurmd's and srun's (tests/slurm/cluster.sh): SLURM's traffic passes
@@ -98,7 +98,7 @@ def test_a_node_that_fails_the_gate_is_left_out_and_avoided_and_the_run_finishes
     render = run_cli("render", "--profile", str(profile), "--launcher", launcher, env=env, cwd=tmp_path).stdout
     assert render.splitlines()[-1].startswith(f"launch excludes {bad} on launchtest, avoided until "), render
     again = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--run-dir", str(tmp_path / "next"),
-                    "--detach", "--", "--epochs", "1", "--max-steps", "5", env=env, cwd=tmp_path)
+                    "--detach", "--", *NARROW, "--epochs", "1", "--max-steps", "5", env=env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     job = re.search(r"job (\d+) submitted", again.stdout).group(1)  # type: ignore[union-attr]
     shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=60,

@@ -26,7 +26,7 @@ import torch
 from launch.core.machine import DISTRIBUTION
 from tests.browser import Browser
 from tests.dashboard import Dashboard
-from tests.helpers import ROOT, USER_CODE, wait_for, wait_for_run
+from tests.helpers import NARROW, ROOT, USER_CODE, wait_for, wait_for_run
 from tests.testcluster import LoginHost
 
 RANKS_SCRIPT = """\
@@ -243,7 +243,7 @@ def test_the_bundled_example_trains_from_the_laptop_and_its_curves_come_back(log
     project = tmp_path / "laptop"
     project.mkdir()
     done = _laptop(login_host, "submit", "--profile", str(login_host.profile(tmp_path)), "--run-dir", "runs/ex",
-                   "--", "--max-steps", "4", "--log-every", "2", cwd=project)
+                   "--", *NARROW, "--max-steps", "4", "--log-every", "2", cwd=project)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     run_dir = project / "runs" / "ex"
     assert json.loads((run_dir / "result.json").read_text())["steps"] == 4

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli, wait_for
+from tests.helpers import NARROW, run_cli, wait_for
 from tests.webhook import webhook
 
 BRIDGE = "10.231.77.1"  # this machine on the test cluster's bridge (tests/slurm/cluster.sh: CTL_ADDR)
@@ -23,7 +23,7 @@ def test_a_detached_slurm_run_tells_the_webhook_of_its_start_and_end_from_the_jo
         profile = tmp_path / "notified.yaml"
         profile.write_text(f"extends: slurm-local-2x2\nnotify:\n  webhook: {hook.url}\n")
         fine = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--run-dir", str(tmp_path / "fine"),
-                       "--detach", "--", "--max-steps", "4", env=slurm_cluster, cwd=tmp_path)
+                       "--detach", "--", *NARROW, "--max-steps", "4", env=slurm_cluster, cwd=tmp_path)
         bad = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", "fails.py",
                       "--run-dir", str(tmp_path / "bad"), "--detach", env=slurm_cluster, cwd=tmp_path)
         assert fine.returncode == 0 and bad.returncode == 0, fine.stderr + bad.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import processes_mentioning, run_cli, wait_for, wait_for_run
+from tests.helpers import NARROW, processes_mentioning, run_cli, wait_for, wait_for_run
 
 BANNER = re.compile(r"rank (\d+)/(\d+) \(local rank \d+, node (\d+)\) on (\S+), pid \d+, rendezvous (\S+)")
 
@@ -26,7 +26,7 @@ def test_a_job_spans_two_nodes_with_world_size_4(slurm_cluster, tmp_path: Path, 
                                                  launcher: str) -> None:
     run_dir = tmp_path / "run"
     result = run_cli("submit", "--profile", "slurm-local-2x2", "--strategy", strategy, "--run-dir", str(run_dir),
-                     "--launcher", launcher, "--", "--max-steps", "12", "--log-every", "6", env=slurm_cluster)
+                     "--launcher", launcher, "--", *NARROW, "--max-steps", "12", "--log-every", "6", env=slurm_cluster)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert re.search(r"job \d+ submitted", result.stdout) and "running on n[1-2]" in result.stdout
     outcome = json.loads((run_dir / "result.json").read_text())
@@ -44,7 +44,7 @@ def test_a_job_spans_two_nodes_with_world_size_4(slurm_cluster, tmp_path: Path, 
 def test_cancel_stops_the_job_on_both_nodes(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run_dir = tmp_path / "run"
     started = run_cli("submit", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir", str(run_dir),
-                      "--detach", "--", "--epochs", "40", "--log-every", "5", env=slurm_cluster)
+                      "--detach", "--", *NARROW, "--epochs", "40", "--log-every", "5", env=slurm_cluster)
     assert started.returncode == 0, started.stderr
     logs = [run_dir / "logs" / f"rank-{rank}.log" for rank in range(4)]
     assert wait_for_run(lambda: all(log.is_file() for log in logs) and "step 5/" in logs[0].read_text(), run_dir, 180)
@@ -65,7 +65,7 @@ def test_cancel_stops_the_job_on_both_nodes(slurm_cluster, tmp_path: Path) -> No
 def test_logs_follow_streams_until_the_job_ends(slurm_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run_dir = tmp_path / "run"
     started = run_cli("submit", "--profile", "slurm-local-2x2", "--strategy", "ddp", "--run-dir", str(run_dir),
-                      "--detach", "--", "--max-steps", "6", "--log-every", "3", env=slurm_cluster)
+                      "--detach", "--", *NARROW, "--max-steps", "6", "--log-every", "3", env=slurm_cluster)
     assert started.returncode == 0, started.stderr
     begun = time.monotonic()
     followed = run_cli("logs", str(run_dir), "--rank", "2", "--follow", env=slurm_cluster, timeout=300)

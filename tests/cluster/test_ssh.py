@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launch.backends import remote_shell
-from tests.helpers import ROOT, make_venv, processes_mentioning, run_cli, wait_for
+from tests.helpers import NARROW, ROOT, make_venv, processes_mentioning, run_cli, wait_for
 from tests.testcluster import SshHosts
 
 # Made now, so that not even this file (which the snapshot ships to the hosts) holds them.
@@ -54,7 +54,7 @@ def test_the_bundled_ddp_runs_on_two_hosts_and_its_result_and_logs_come_back(ssh
                                                                             tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = run_cli("submit", "--profile", str(ssh_hosts.profile(tmp_path)), "--run-dir", str(run_dir), "--",
-                   "--max-steps", "12", "--log-every", "6", cwd=tmp_path)
+                   *NARROW, "--max-steps", "12", "--log-every", "6", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert result["steps"] == 12 and (run_dir / "metrics.jsonl").is_file()

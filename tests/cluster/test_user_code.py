@@ -82,7 +82,7 @@ def test_a_failing_user_script_on_the_cluster_is_named_within_30_s(slurm_cluster
     begun = time.monotonic()
     done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", launcher, "--script", str(PROBE),
                    "--run-dir", str(run_dir), "--", str(tmp_path / "out"), "--fail", fail, "--fail-rank", "3",
-                   "--sleep", "300", env=slurm_cluster)
+                   "--sleep", "300", "--no-torch", env=slurm_cluster)  # what ranks do is not the point: no torch
     reported = time.time()
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
@@ -131,7 +131,7 @@ def test_a_user_script_without_the_runtime_api_is_ended_by_scancel_within_second
                                                                                   tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     started = run_cli("submit", "--profile", "slurm-local-2x2", "--script", str(PROBE), "--run-dir", str(run_dir),
-                      "--detach", "--", str(tmp_path / "out"), "--sleep", "300", env=slurm_cluster)
+                      "--detach", "--", str(tmp_path / "out"), "--sleep", "300", "--no-torch", env=slurm_cluster)
     assert started.returncode == 0, started.stderr
     assert wait_for_run(lambda: len(list((tmp_path / "out").glob("rank-*.json"))) == 4, run_dir)
     begun = time.monotonic()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import launch
-from tests.helpers import ROOT, processes_mentioning, run_cli, wait_for
+from tests.helpers import NARROW, ROOT, processes_mentioning, run_cli, wait_for
 
 FAILS_LATER = "import time\ntime.sleep(6)\nraise SystemExit(3)\n"
 
@@ -36,12 +36,12 @@ def _submit_from_a_terminal(*args: str, cwd: Path) -> str:
 
 def test_a_run_after_another_starts_once_it_finished_and_its_waiter_outlives_the_terminal(tmp_path: Path) -> None:
     first = run_cli("submit", "--profile", "local-cpu", "--run-dir", str(tmp_path / "a"), "--detach", "--",
-                    "--max-steps", "40", "--log-every", "10", cwd=tmp_path)
+                    "--max-steps", "40", "--log-every", "10", cwd=tmp_path)  # the seed's width: still running below
     assert first.returncode == 0, first.stderr
     rendered = run_cli("render", "--profile", "local-cpu", "--after", "a", "--run-dir", str(tmp_path / "b"), cwd=tmp_path)
     assert f"waits for {tmp_path / 'a'} (ok: to finish): launch waits for it here" in rendered.stdout, rendered.stdout
     said = _submit_from_a_terminal("--profile", "local-cpu", "--after", "a", "--run-dir", str(tmp_path / "b"),
-                                   "--", "--max-steps", "5", cwd=tmp_path)
+                                   "--", *NARROW, "--max-steps", "5", cwd=tmp_path)
     assert "launch waits here (waiter pid" in said, said
     status = run_cli("status", str(tmp_path / "b")).stdout
     assert status.startswith(f"{tmp_path / 'b'}: waiting") and \
@@ -62,7 +62,7 @@ def test_a_dependency_that_can_never_be_met_ends_the_waiting_run_naming_the_run(
                     "--detach", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     waits = run_cli("submit", "--profile", "local-cpu", "--after", f"{tmp_path / 'a'}:ok", "--run-dir",
-                    str(tmp_path / "b"), "--", "--max-steps", "5", cwd=tmp_path)
+                    str(tmp_path / "b"), "--", *NARROW, "--max-steps", "5", cwd=tmp_path)
     assert waits.returncode == 0, waits.stderr
     assert wait_for(lambda: "dependency never met" in run_cli("status", str(tmp_path / "b")).stdout, 120)
     status = run_cli("status", str(tmp_path / "b")).stdout
@@ -90,8 +90,8 @@ def test_from_python_a_waiting_run_cancelled_submits_nothing_and_one_after_any_e
                                                                                           monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     first = launch.submit("local-cpu", args=["--epochs", "50", "--log-every", "5"])
-    waiting = launch.submit("local-cpu", args=["--max-steps", "5"], after=[first])
-    any_end = launch.submit("local-cpu", args=["--max-steps", "5"], after=[f"{first.folder}:any"])
+    waiting = launch.submit("local-cpu", args=[*NARROW, "--max-steps", "5"], after=[first])
+    any_end = launch.submit("local-cpu", args=[*NARROW, "--max-steps", "5"], after=[f"{first.folder}:any"])
     assert waiting.status().state == "waiting" and any_end.status().state == "waiting"
     assert waiting.cancel().endswith("cancel requested")
     assert waiting.wait(timeout=30).state == "cancelled"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import launch
-from tests.helpers import run_cli, wait_for
+from tests.helpers import NARROW, run_cli, wait_for
 
 FAILS = """import os, sys, time
 rank = int(os.environ["RANK"])
@@ -22,7 +22,7 @@ time.sleep(60)
 
 def test_a_run_from_python_is_followed_through_its_handle_as_the_cli_follows_it(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
-    run = launch.submit("local-cpu", args=["--max-steps", "8", "--log-every", "2"])
+    run = launch.submit("local-cpu", args=[*NARROW, "--max-steps", "8", "--log-every", "2"])
     assert run.folder.parent == tmp_path / "runs" and (run.folder / "plan.txt").is_file()
     ended = run.wait(timeout=240)
     assert ended.finished and not ended.active and ended.exit_code == 0
@@ -66,7 +66,7 @@ def test_a_failed_script_raises_its_failure_report_naming_the_rank(tmp_path: Pat
 
 def test_a_sweep_from_python_finds_its_best_point(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
-    sweep = launch.sweep("local-cpu", {"lr": [0.0001, 0.01]}, args=["--max-steps", "10", "--log-every", "5"])
+    sweep = launch.sweep("local-cpu", {"lr": [0.0001, 0.01]}, args=[*NARROW, "--max-steps", "10", "--log-every", "5"])
     assert [point["lr"] for point in sweep.points] == ["0.0001", "0.01"]
     assert all(state.finished for state in sweep.wait(timeout=10)), "a sweep here returns once its points ended"
     results = {run: run.result() for run in sweep.runs}

@@ -15,7 +15,7 @@ import pytest
 
 from launch.core.tracking import wandb_run_id
 from launch.ui.run_views import Folders, Reader
-from tests.helpers import run_cli, wait_for_run
+from tests.helpers import NARROW, run_cli, wait_for_run
 from tests.wandb_records import read_run
 
 pytest.importorskip("wandb", reason="W&B is not installed (pip install -e '.[test]' installs it)")
@@ -57,9 +57,9 @@ def _wandb_steps(run_dir: Path) -> list[tuple[set[str], list[int]]]:
 
 def test_a_killed_and_resumed_run_continues_one_wandb_and_one_mlflow_run_from_its_step(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    submit = ("submit", "--profile", str(_profile(tmp_path)), "--run-dir", str(run_dir), "--", "--max-steps", "60",
-              "--log-every", "5", "--checkpoint-every", "20")
-    first = run_cli(*submit[:-7], "--detach", *submit[-7:], cwd=tmp_path)
+    train = ("--", *NARROW, "--max-steps", "60", "--log-every", "5", "--checkpoint-every", "20")
+    submit = ("submit", "--profile", str(_profile(tmp_path)), "--run-dir", str(run_dir), *train)
+    first = run_cli(*submit[:-len(train)], "--detach", *train, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert wait_for_run(lambda: _checkpoint_step(run_dir) >= 20, run_dir, every_s=0.05), first.stdout
     os.kill(json.loads((run_dir / "logs" / "rank-0.json").read_text())["pid"], signal.SIGTERM)  # mid-training

@@ -17,7 +17,7 @@ import pytest
 
 from tests.browser import Browser
 from tests.dashboard import Dashboard
-from tests.helpers import ROOT, USER_CODE, processes_mentioning, run_cli, wait_for
+from tests.helpers import NARROW, ROOT, USER_CODE, processes_mentioning, run_cli, wait_for
 
 UI_JOB = str(USER_CODE / "ui_job.py")
 SECRET = "s3cr3t-value-of-the-ui-test"  # UI_TEST_TOKEN: the job prints it, the server has it; nobody shows it
@@ -33,7 +33,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     launch = [sys.executable, "-m", "launch"]
     started = [
         subprocess.Popen([*launch, "submit", "--profile", "local-cpu", "--run-dir", str(root / "done"), "--",
-                          "--max-steps", "12", "--log-every", "4"],
+                          *NARROW, "--max-steps", "12", "--log-every", "4"],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()),
         subprocess.Popen([*launch, "sweep", "--profile", "local-cpu", "--script", UI_JOB, "--run-dir",
                           str(root / "sweep"), "--grid", "fail-at=0,3", "--", "--steps", "6", "--step-seconds", "0.1"],

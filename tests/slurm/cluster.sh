@@ -130,7 +130,9 @@ JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
+# The main scheduling pass every 5 s and backfill every 2 s (SLURM: 60 and 30), so that a job that became
+# eligible without an event (a requeued job once cred_expire has passed) starts within seconds, not a minute.
+SchedulerParameters=batch_sched_delay=0,sched_interval=5,bf_interval=2
 MpiDefault=none
 ReturnToService=2
 SlurmctldTimeout=30

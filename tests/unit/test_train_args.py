@@ -57,5 +57,6 @@ def test_an_example_run_on_its_own_shows_its_flags_or_one_line_without_a_traceba
                              text=True, timeout=120)
     assert refused.returncode == 2 and refused.stdout == "", refused.stderr
     assert refused.stderr == "error: unrecognised argument '--max-step'; did you mean '--max-steps'? allowed: " \
-        "--epochs, --max-steps, --batch-size, --lr, --dataset, --data-dir, --seed, --log-every, --checkpoint-every, " \
+        "--epochs, --max-steps, --batch-size, --lr, --width, --dataset, --data-dir, --seed, --log-every, " \
+        "--checkpoint-every, " \
         "--checkpoint-writes\n"
