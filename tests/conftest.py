@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needed = _needs(item)
         if folder == "cluster" and not {"slurm", "sshd"} & set(needed):
             raise pytest.UsageError(f"{item.nodeid}: a cluster test needs the cluster: take its fixture "
-                                    "(slurm_cluster, second_pair, ssh_hosts, login_host) or mark it @pytest.mark.needs(\"slurm\")")
+                                    "(slurm_cluster, first_pair, second_pair, ssh_hosts, login_host) or mark it @pytest.mark.needs(\"slurm\")")
         if needed:
             item.add_marker(pytest.mark.needs(*needed))
         groups[item.nodeid] = group_of(item, folder)
@@ -240,6 +240,14 @@ def slurm_cluster(request: pytest.FixtureRequest, _cluster_lease: testcluster.Le
     it runs; yields the clients' env."""
     with _pair(request, _cluster_lease, "slurm") as pair:
         yield pair.env
+
+
+@pytest.fixture
+def first_pair(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[testcluster.NodePair]:
+    """The cluster's first node pair (n1, n2; partitions debug and high) as ``second_pair`` gives the second: the
+    lane of ``slurm_cluster``, for tests written against a pair's profile, nodes and partitions."""
+    with _pair(request, _cluster_lease, "slurm") as pair:
+        yield pair
 
 
 @pytest.fixture

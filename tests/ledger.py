@@ -46,7 +46,7 @@ LANE_DAEMONS = {
     "hosts": ("sshd-n1", "sshd-n2"),
 }
 SHARED_DAEMONS = {"slurmctld": "controller", "munged": "controller"}  # every SLURM test's: counted once, apart
-LANE_FIXTURES = {"slurm_cluster": ("slurm",), "second_pair": ("slurm2",), "login_host": ("slurm2",),
+LANE_FIXTURES = {"slurm_cluster": ("slurm",), "first_pair": ("slurm",), "second_pair": ("slurm2",), "login_host": ("slurm2",),
                  "ssh_hosts": ("hosts",)}
 TICKS = 100  # acct(2)'s AHZ
 TORCH_SIZE_KB = 900_000  # a Python process that loaded torch maps well over this (a bare interpreter: ~30 MB)

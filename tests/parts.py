@@ -80,6 +80,7 @@ PARTS = {part.name: part for part in (
 # What a test needs when it takes one of these fixtures (a SLURM test's ssh hosts are the cluster's nodes).
 FIXTURE_NEEDS = {
     "slurm_cluster": ("slurm",),
+    "first_pair": ("slurm",),
     "second_pair": ("slurm",),
     "ssh_hosts": ("slurm", "sshd"),
     "login_host": ("slurm", "sshd"),  # the login host's sshd, in front of the SLURM test cluster

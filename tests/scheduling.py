@@ -24,7 +24,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 # A cluster test's group, by the fixture it takes (the first that matches): one group per lane.
 LANE_GROUPS = {"ssh_hosts": "lane: ssh hosts n1 n2", "slurm_cluster": "lane: slurm n1 n2",
-               "second_pair": "lane: slurm n3 n4", "login_host": "lane: slurm n3 n4"}
+               "first_pair": "lane: slurm n1 n2", "second_pair": "lane: slurm n3 n4", "login_host": "lane: slurm n3 n4"}
 LANES_FIRST = (LANE_GROUPS["slurm_cluster"], LANE_GROUPS["second_pair"])
 GROUPS_KEY = "launch_test_groups"  # workerinput: the folder where each worker writes its groups
 

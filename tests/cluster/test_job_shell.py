@@ -15,10 +15,12 @@ import pytest
 
 from tests.check_table import rows
 from tests.helpers import make_venv, run_cli, wait_for, wait_for_run
+from tests.testcluster import PAIRS
 from tests.user_code_runs import PROBE
 
 MODULE = "#%Module\nsetenv SITE_MODULE launchtest-1.0\n"
-ONLY_ON_N3 = '#%Module\nif {[exec hostname] ne "n3"} { error "not installed on this node" }\n'
+HEAD, OTHER = PAIRS["slurm"].nodes  # the pair these tests run on (fixture first_pair)
+ONLY_ON_HEAD = '#%Module\nif {[exec hostname] ne "' + HEAD + '"} { error "not installed on this node" }\n'
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def module_site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "modulefiles" / "launchtest").mkdir(parents=True)
     (root / "modulefiles" / "launchtest" / "1.0").write_text(MODULE)
     (root / "modulefiles" / "sitelocal").mkdir()
-    (root / "modulefiles" / "sitelocal" / "1.0").write_text(ONLY_ON_N3)
+    (root / "modulefiles" / "sitelocal" / "1.0").write_text(ONLY_ON_HEAD)
     make_venv(root / "venv")
     return {"modulefiles": root / "modulefiles", "venv": root / "venv"}
 
@@ -38,8 +40,8 @@ def _lines(key: str, lines: list[str]) -> str:
     return f"{key}:\n" + "".join(f"  - {json.dumps(line)}\n" for line in lines)  # JSON strings are YAML
 
 
-def _profile(second_pair, folder: Path, module_site: dict[str, Path], node_setup: list[str]) -> Path:  # type: ignore[no-untyped-def]
-    return second_pair.profile(folder, extra=(
+def _profile(first_pair, folder: Path, module_site: dict[str, Path], node_setup: list[str]) -> Path:  # type: ignore[no-untyped-def]
+    return first_pair.profile(folder, extra=(
         "python: python\n"
         "modules: [launchtest/1.0]\n"
         "module_purge: true\n"
@@ -66,17 +68,17 @@ def _job_id(run_dir: Path) -> str:
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_modules_venv_setup_and_node_setup_reach_every_rank(first_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                             launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
     nodes = tmp_path / "node-setup"
-    profile = _profile(second_pair, tmp_path, module_site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
+    profile = _profile(first_pair, tmp_path, module_site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
                    "--run-dir", str(run_dir), "--", str(out), "--no-torch",
-                   env={**second_pair.env, "LD_LIBRARY_PATH": "/site/lib"}, cwd=tmp_path)
+                   env={**first_pair.env, "LD_LIBRARY_PATH": "/site/lib"}, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
-    assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
+    assert {rank["host"] for rank in ranks} == set(first_pair.nodes)
     for rank in ranks:
         assert Path(rank["prefix"]) == module_site["venv"], "python: python resolved to the venv setup activated"
         assert rank["site"]["SITE_MODULE"] == "launchtest-1.0", "the module was loaded"
@@ -92,14 +94,14 @@ def test_modules_venv_setup_and_node_setup_reach_every_rank(second_pair, module_
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(second_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(first_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                        launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    bad = second_pair.nodes[1]
-    profile = _profile(second_pair, tmp_path, module_site, [f'echo "copying the data set to {bad}"',
+    bad = first_pair.nodes[1]
+    profile = _profile(first_pair, tmp_path, module_site, [f'echo "copying the data set to {bad}"',
                                                      f'if [ "$(hostname)" = {bad} ]; then echo "disk full"; exit 4; fi'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
-                   "--run-dir", str(run_dir), "--", str(out), "--no-torch", env=second_pair.env, cwd=tmp_path)
+                   "--run-dir", str(run_dir), "--", str(out), "--no-torch", env=first_pair.env, cwd=tmp_path)
     assert done.returncode != 0
     assert f"node_setup failed on {bad} (exit status 4); its last lines: copying the data set to {bad} | disk full" \
         in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
@@ -108,37 +110,39 @@ def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(second_pa
     assert (run_dir / "after.txt").is_file(), "after ran although the job failed"
 
 
-def test_after_runs_after_a_rank_fails(second_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_after_runs_after_a_rank_fails(first_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    profile = _profile(second_pair, tmp_path, module_site, ["true"])
+    profile = _profile(first_pair, tmp_path, module_site, ["true"])
     done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(run_dir), "--",
-                   str(out), "--fail", "exit3", "--no-torch", env=second_pair.env, cwd=tmp_path)
+                   str(out), "--fail", "exit3", "--no-torch", env=first_pair.env, cwd=tmp_path)
     assert done.returncode != 0 and "rank 1 on" in done.stderr, done.stderr[-2000:]
     assert (run_dir / "after.txt").read_text().startswith("after: launchtest-1.0"), "after ran after the failure"
 
 
-def test_check_says_per_node_which_modules_load_and_which_python_ran(second_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """sitelocal/1.0 loads on n3 only: check names n4 and the module, and shows the venv's python on both."""
-    profile = _profile(second_pair, tmp_path, module_site, ["true"])
+def test_check_says_per_node_which_modules_load_and_which_python_ran(first_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """sitelocal/1.0 loads on the head only: check names the other node and the module, and shows the venv's
+    python on both."""
+    profile = _profile(first_pair, tmp_path, module_site, ["true"])
     profile.write_text(profile.read_text().replace("modules: [launchtest/1.0]", "modules: [launchtest/1.0, sitelocal/1.0]"))
-    done = run_cli("check", "--profile", str(profile), "--script", str(PROBE), env=second_pair.env, cwd=tmp_path)
+    done = run_cli("check", "--profile", str(profile), "--script", str(PROBE), env=first_pair.env, cwd=tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     found = rows(done.stdout)
-    assert found["n3"]["modules"] == "all 2 load" and found["n4"]["modules"] == "not: sitelocal/1.0", done.stdout
-    for host in ("n3", "n4"):
+    assert found[HEAD]["modules"] == "all 2 load" and found[OTHER]["modules"] == "not: sitelocal/1.0", done.stdout
+    for host in (HEAD, OTHER):
         assert found[host]["python"].endswith(f"{module_site['venv']}/bin/python"), found[host]
     verdict = done.stderr.strip().splitlines()[-1]
-    assert "n4: module sitelocal/1.0 does not load (Module ERROR: not installed on this node)" in verdict, verdict
-    assert "n3: module" not in verdict
+    assert f"{OTHER}: module sitelocal/1.0 does not load (Module ERROR: not installed on this node)" in verdict, \
+        verdict
+    assert f"{HEAD}: module" not in verdict
 
 
-def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(first_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A torchrun batch script as users write them, converted, and the printed command run as printed."""
     out = tmp_path / "out"
     script = tmp_path / "train.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --job-name=converted\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
-        f"#SBATCH --partition={second_pair.partition}\n#SBATCH --time=10\n#SBATCH --output=slurm-%j.out\n"
+        f"#SBATCH --partition={first_pair.partition}\n#SBATCH --time=10\n#SBATCH --output=slurm-%j.out\n"
         f"export MODULEPATH={module_site['modulefiles']}\nmodule load launchtest/1.0\n"
         f"source {module_site['venv']}/bin/activate\nexport SITE_FROM_SCRIPT=yes\n"
         "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
@@ -148,10 +152,10 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, modul
     assert converted.returncode == 0, converted.stderr
     command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
     assert command[:4] == ["python", "-m", "launch", "submit"]
-    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=second_pair.env, cwd=tmp_path)
+    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=first_pair.env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
-    assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
+    assert {rank["host"] for rank in ranks} == set(first_pair.nodes)
     assert {(rank["site"]["SITE_FROM_SCRIPT"], rank["site"]["SITE_MODULE"]) for rank in ranks} == \
         {("yes", "launchtest-1.0")}
     assert {rank["slurm"]["SLURM_JOB_NAME"] for rank in ranks} == {"converted"}
@@ -162,41 +166,41 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(second_pair, modul
         (tmp_path / "run" / "logs").iterdir())
 
 
-def test_a_python_per_task_script_with_a_prefix_runs_through_submitit(second_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_python_per_task_script_with_a_prefix_runs_through_submitit(first_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """srun's tasks as the processes (ranks from SLURM_PROCID), each under `nice -n 3`: the submitit launcher,
     the prefix before every task's python, memory per CPU asked as written."""
     out = tmp_path / "out"
     script = tmp_path / "pertask.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --job-name=pertask\n#SBATCH --nodes=2 --ntasks-per-node=2\n"
-        f"#SBATCH --partition={second_pair.partition}\n#SBATCH --time=10\n#SBATCH --mem-per-cpu=100M\n"
+        f"#SBATCH --partition={first_pair.partition}\n#SBATCH --time=10\n#SBATCH --mem-per-cpu=100M\n"
         "export SITE_FROM_SCRIPT=per-task\n"
         f"srun -l nice -n 3 python {PROBE} {out} --no-torch\n")
     converted = run_cli("from-sbatch", str(script), "--device", "cpu", cwd=tmp_path)
     assert converted.returncode == 0, converted.stdout + converted.stderr
     command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
     assert command[command.index("--launcher") + 1] == "submitit"
-    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=second_pair.env, cwd=tmp_path)
+    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=first_pair.env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     assert {(rank["nice"], rank["site"]["SITE_FROM_SCRIPT"]) for rank in ranks} == {(3, "per-task")}
-    assert {rank["host"] for rank in ranks} == set(second_pair.nodes)
+    assert {rank["host"] for rank in ranks} == set(first_pair.nodes)
     job = subprocess.run(["scontrol", "show", "job", _job_id(tmp_path / "run")], capture_output=True, text=True,
-                         env={**os.environ, **second_pair.env}, check=False).stdout
+                         env={**os.environ, **first_pair.env}, check=False).stdout
     assert "MinMemoryCPU=100M" in job, job
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_after_runs_when_the_job_is_cancelled(second_pair, module_site, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
+def test_after_runs_when_the_job_is_cancelled(first_pair, module_site, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
     """`launch cancel` (scancel): the batch shell outlives SLURM's SIGTERM, the tasks end, after runs (within
     the cluster's KillWait)."""
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    profile = _profile(second_pair, tmp_path, module_site, ["true"])
+    profile = _profile(first_pair, tmp_path, module_site, ["true"])
     started = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
                       "--run-dir", str(run_dir), "--detach", "--", str(out), "--sleep", "120", "--no-torch",
-                      env=second_pair.env, cwd=tmp_path)
+                      env=first_pair.env, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert wait_for_run(lambda: len(list(out.glob("rank-*.json"))) == 4, run_dir), "the ranks started"
-    assert run_cli("cancel", str(run_dir), env=second_pair.env).returncode == 0
+    assert run_cli("cancel", str(run_dir), env=first_pair.env).returncode == 0
     assert wait_for(lambda: (run_dir / "after.txt").is_file(), 60), "after ran once the job was cancelled"
-    assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=second_pair.env).stdout, 60)
+    assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=first_pair.env).stdout, 60)
