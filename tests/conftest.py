@@ -164,10 +164,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:  # noqa: ANN401
     run = config.stash.get(LEDGER_RUN, None)
     if run is not None and not hasattr(config, "workerinput"):
-        run.end()
         terminalreporter.section(f"CPU ledger ({run.folder}; again: python -m tests.ledger {run.folder})")
-        for line in ledger.Ledger.read(run.folder).report():
-            terminalreporter.write_line(line)
+        try:  # a figure, never the run's outcome
+            run.end()
+            for line in ledger.Ledger.read(run.folder).report():
+                terminalreporter.write_line(line)
+        except Exception as failed:  # noqa: BLE001
+            terminalreporter.write_line(f"the ledger could not be read: {failed!r}")
     split = config.stash.get(SPLIT, {})
     if split:
         terminalreporter.section("groups split over workers", red=True, bold=True)

@@ -420,10 +420,10 @@ class Ledger:
 
     @classmethod
     def read(cls, folder: Path) -> Ledger:
-        tests = [json.loads(line) for line in _lines(folder / "tests.jsonl")]
+        tests = _records(folder / "tests.jsonl")
         meta = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
-        workers = {json.loads(line)["pid"]: json.loads(line)["worker"] for line in _lines(folder / "workers.jsonl")}
-        daemons = {json.loads(line)["pid"]: json.loads(line)["daemon"] for line in _lines(folder / "daemons.jsonl")}
+        workers = {record["pid"]: record["worker"] for record in _records(folder / "workers.jsonl")}
+        daemons = {record["pid"]: record["daemon"] for record in _records(folder / "daemons.jsonl")}
         ended = read_accounting(folder / "pacct")
         if "import_torch" not in meta and any(cause_of(record) == "torch work" for record in ended):
             meta["import_torch"] = import_cost()
@@ -496,8 +496,15 @@ def _total(test: dict) -> float:
     return test["here"] + sum(test["daemons"].values()) if test["exact"] else test["here"]
 
 
-def _lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+def _records(path: Path) -> list[dict]:
+    """The JSON lines of ``path``; a line a killed worker left half written is passed over."""
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
 
 
 class _Owners:
