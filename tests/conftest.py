@@ -185,7 +185,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
     if LEDGER_RUN in config.stash:
-        config.stash[LEDGER_RUN].end()  # where the run ended before its summary
+        try:
+            config.stash[LEDGER_RUN].end()  # where the run ended before its summary
+        except OSError as failed:
+            print(f"\nthe ledger could not be closed: {failed!r}")
     shutil.rmtree(config.stash[GROUPS], ignore_errors=True)
     if testcluster.sweep():
         print("\nstopped the SLURM test cluster a worker of this run left behind")

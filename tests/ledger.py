@@ -130,7 +130,11 @@ class Cgroups:
         """Every cgroup of the run gone; their processes (a daemon still up) back in the parent."""
         for folder in sorted(self.root.glob("*"), reverse=True):
             if folder.is_dir():
-                for pid in (folder / "cgroup.procs").read_text().split():
+                try:
+                    pids = (folder / "cgroup.procs").read_text().split()
+                except OSError:
+                    pids = []
+                for pid in pids:
                     try:
                         (self.root.parent / "cgroup.procs").write_text(pid)
                     except OSError:
