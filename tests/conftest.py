@@ -42,15 +42,14 @@ METER = pytest.StashKey[ledger.Meter]()
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the run's controlling process: its workers inherit the id
-        nested = testcluster.RUN_ID_VARIABLE in os.environ  # a test's own pytest run: the outer run counts it
         os.environ[testcluster.RUN_ID_VARIABLE] = uuid.uuid4().hex
         config.stash[GROUPS] = Path(tempfile.mkdtemp(prefix="launch-test-groups-"))
         if config.getoption("dist", None) == "loadfile" and config.getoption("numprocesses", None):
             config.stash[GUARD] = GroupGuard(config.stash[GROUPS])
-        if nested:
+        run = ledger.Run.begin(os.environ.get(ledger.LEDGER_VARIABLE), os.environ[testcluster.RUN_ID_VARIABLE])
+        if run is None:  # a test's own pytest run: the outer run's ledger counts it
             os.environ.pop(ledger.LEDGER_VARIABLE, None)
         else:
-            run = ledger.Run.begin(os.environ.get(ledger.LEDGER_VARIABLE), os.environ[testcluster.RUN_ID_VARIABLE])
             config.stash[LEDGER_RUN] = run
             os.environ[ledger.LEDGER_VARIABLE] = str(run.folder)
     if ledger.LEDGER_VARIABLE in os.environ and (not config.getoption("numprocesses", None)
@@ -81,7 +80,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needed = _needs(item)
         if folder == "cluster" and not {"slurm", "sshd"} & set(needed):
             raise pytest.UsageError(f"{item.nodeid}: a cluster test needs the cluster: take its fixture "
-                                    "(slurm_cluster, first_pair, second_pair, ssh_hosts, login_host) or mark it @pytest.mark.needs(\"slurm\")")
+                                    "(slurm_cluster, first_pair, second_pair, ssh_hosts, login_host) or mark it "
+                                    "@pytest.mark.needs(\"slurm\")")
         if needed:
             item.add_marker(pytest.mark.needs(*needed))
         groups[item.nodeid] = group_of(item, folder)

@@ -12,7 +12,7 @@ counts with the kernel's own accounting, not with the test process's rusage:
   loaded torch, ...) and, following parents up to a worker or a daemon, the test each belongs to.
 
 Both need root; elsewhere the ledger counts the test process and the children it waited for (``getrusage``),
-and says so. It is written to a folder of its own (``--ledger DIR``, by default a new folder in the temporary
+and says so. It is written to a folder of its own (``LAUNCH_TEST_LEDGER=DIR``, by default a new folder in the temporary
 directory); the run's closing summary prints its top 20 and totals, and ``python -m tests.ledger DIR`` prints
 them again (``--top N``). Reading it: CONTRIBUTING.md, "The CPU budget".
 """
@@ -36,7 +36,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.testcluster import FIRST_PAIR_LANES
+
 LEDGER_VARIABLE = "LAUNCH_TEST_LEDGER"  # the run's ledger folder (a user may set it; its workers inherit it)
+OWNER_LOCK = "owner.lock"  # in a ledger's folder: held by the run writing there
 ACCOUNTING_LOCK = "/run/launch-test-ledger.lock"  # held by the run whose ledger has the kernel's accounting
 CLUSTER_PIDS = Path("/run/launchsl")  # tests/slurm/cluster.sh's pid files
 # Which daemons work for which lane (tests/testcluster.py's lanes), by their pid file's name.
@@ -46,8 +49,8 @@ LANE_DAEMONS = {
     "hosts": ("sshd-n1", "sshd-n2"),
 }
 SHARED_DAEMONS = {"slurmctld": "controller", "munged": "controller"}  # every SLURM test's: counted once, apart
-LANE_FIXTURES = {"slurm_cluster": ("slurm",), "first_pair": ("slurm",), "second_pair": ("slurm2",), "login_host": ("slurm2",),
-                 "ssh_hosts": ("hosts",)}
+LANE_FIXTURES = {"slurm_cluster": "slurm", "first_pair": "slurm", "second_pair": "slurm2", "login_host": "slurm2",
+                 "ssh_hosts": "hosts"}  # conftest.py's: the lane each fixture takes its turn on
 TICKS = 100  # acct(2)'s AHZ
 TORCH_SIZE_KB = 900_000  # a Python process that loaded torch maps well over this (a bare interpreter: ~30 MB)
 
@@ -84,8 +87,10 @@ class Cgroups:
     def for_run(cls, run_id: str) -> Cgroups | None:
         if os.geteuid() != 0:
             return None
-        for base, usage in ((Path("/sys/fs/cgroup/cpuacct"), "cpuacct.usage"), (Path("/sys/fs/cgroup"), "cpu.stat")):
-            if (base / usage).exists() or (base / "cgroup.procs").exists() and usage == "cpu.stat":
+        # v1's cpuacct hierarchy (its root has cpuacct.usage), else a v2 root (every v2 cgroup has cpu.stat)
+        for base, marker, usage in ((Path("/sys/fs/cgroup/cpuacct"), "cpuacct.usage", "cpuacct.usage"),
+                                    (Path("/sys/fs/cgroup"), "cgroup.controllers", "cpu.stat")):
+            if (base / marker).exists():
                 try:
                     (base / f"launch-ledger-{run_id}").mkdir(exist_ok=True)
                 except OSError:
@@ -213,7 +218,8 @@ class Meter:
         return cls(folder, worker, cgroups)
 
     def _daemons(self) -> None:
-        """Each of the test cluster's daemons in its cgroup (once each: a restarted one is moved again)."""
+        """Each of the test cluster's daemons in its cgroup, as a test starts (once each: a daemon a test started
+        again, in that test's worker's cgroup until then, is moved as the next one starts)."""
         if self.cgroups is None or not CLUSTER_PIDS.is_dir():
             return
         for pid_file in CLUSTER_PIDS.glob("*.pid"):
@@ -246,7 +252,6 @@ class Meter:
 
     def stop(self, nodeid: str, kind: str) -> None:
         started, monotonic, own_before, before, lanes = self._open.pop(nodeid)
-        self._daemons()
         after = self._usage(lanes)
         own = resource.getrusage(resource.RUSAGE_SELF)
         grown = {name: round(max(0.0, after[name] - before.get(name, 0.0)), 3) for name in after}
@@ -259,11 +264,10 @@ class Meter:
 
 
 def lanes_of(fixturenames: Iterable[str], whole_pair: bool) -> tuple[str, ...]:
-    """The lanes a test holds while it runs (conftest.py's fixtures; a ``whole_pair`` test both on n1 and n2)."""
-    lanes = [lane for name in fixturenames for lane in LANE_FIXTURES.get(name, ())]
-    if whole_pair and lanes:
-        lanes += ["slurm", "hosts"]
-    return tuple(dict.fromkeys(lanes))
+    """The lanes a test holds while it runs, as conftest.py's fixtures take them (``_lanes``: a ``whole_pair``
+    test every lane on n1 and n2)."""
+    lanes = tuple(dict.fromkeys(LANE_FIXTURES[name] for name in fixturenames if name in LANE_FIXTURES))
+    return FIRST_PAIR_LANES if whole_pair and lanes else lanes
 
 
 # --- the run's side: start, end, report -------------------------------------------------------------------------
@@ -279,20 +283,16 @@ class Run:
     ended: bool = False
 
     @classmethod
-    def begin(cls, named: str | None, run_id: str) -> Run:
-        """The ledger of a run that starts now: in ``named`` unless another live run writes there (a test's own
-        pytest run that inherited the variable), else in a new temporary folder."""
+    def begin(cls, named: str | None, run_id: str) -> Run | None:
+        """The ledger of a run that starts now, in ``named`` or a new temporary folder; None where a live run
+        writes in ``named``: this is a test's own pytest run, whose CPU that run's ledger counts."""
         if not named:
             _forget_old_ledgers()
         folder = Path(named) if named else Path(tempfile.mkdtemp(prefix="launch-test-ledger-"))
         folder.mkdir(parents=True, exist_ok=True)
-        owned = os.open(folder / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(owned, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(owned)
-            folder = Path(tempfile.mkdtemp(prefix="launch-test-ledger-"))
-            owned = os.open(folder / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        owned = _locked(folder / OWNER_LOCK)
+        if owned is None:
+            return None
         for stale in ("tests.jsonl", "workers.jsonl", "daemons.jsonl", "pacct", "run.json"):
             (folder / stale).unlink(missing_ok=True)
         accounting = _accounting_for(folder / "pacct")
@@ -325,17 +325,10 @@ def _forget_old_ledgers(keep: int = 1) -> None:
 
     ended = []
     for folder in Path(tempfile.gettempdir()).glob("launch-test-ledger-*"):
-        try:
-            lock = os.open(folder / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            ended.append(folder)
-        except BlockingIOError:
-            pass
-        finally:
+        lock = _locked(folder / OWNER_LOCK)
+        if lock is not None:
             os.close(lock)
+            ended.append(folder)
     for folder in sorted(ended, key=lambda path: path.stat().st_mtime)[:-keep or None]:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -343,18 +336,28 @@ def _forget_old_ledgers(keep: int = 1) -> None:
 def _accounting_for(path: Path) -> int | None:
     """Process accounting on into ``path``, where this run may: as root, and no other run's ledger has it (the
     kernel keeps one accounting file: a second run would take the first's). The lock is held until ``end``."""
-    if os.geteuid() != 0:
-        return None
-    lock = os.open(ACCOUNTING_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(lock)
+    lock = _locked(Path(ACCOUNTING_LOCK)) if os.geteuid() == 0 else None
+    if lock is None:
         return None
     if process_accounting(path):
         return lock
     os.close(lock)
     return None
+
+
+def _locked(path: Path) -> int | None:
+    """An open descriptor of ``path`` locked exclusive, or None where another process holds it (or it cannot be
+    made)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _machine_busy() -> float:
@@ -385,7 +388,7 @@ def import_cost() -> float:
 
 
 def _measure_import() -> float:
-    code = "import resource, time; import torch; u = resource.getrusage(resource.RUSAGE_SELF); print(u.ru_utime + u.ru_stime)"
+    code = "import resource; import torch; u = resource.getrusage(resource.RUSAGE_SELF); print(u.ru_utime + u.ru_stime)"
     bare = "import resource; u = resource.getrusage(resource.RUSAGE_SELF); print(u.ru_utime + u.ru_stime)"
     try:
         loaded = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout)

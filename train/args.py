@@ -33,7 +33,7 @@ class TrainArgs:
     max_steps: int | None = None
     batch_size: int = 64
     lr: float = 1e-3
-    width: int = 32  # the CNN's first convolution's channels (model.Net): 32 is pytorch/examples'
+    width: int = 32  # the CNN's first convolution's channels: model.WIDTH (not imported here: model loads torch)
     dataset: str = "synthetic"
     data_dir: str | None = None
     seed: int = 0

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import NARROW
 from tests.terminal import CLEAR_LINE, run_on_terminal
 
 
@@ -28,8 +29,7 @@ def test_a_queued_job_shows_how_long_it_waits_on_a_terminal(slurm_cluster, tmp_p
     try:
         status, shown = run_on_terminal([sys.executable, "-m", "launch", "submit", "--profile", "slurm-local-2x2",
                                          "--strategy", "ddp", "--run-dir", str(tmp_path / "run"), "--",
-                                         "--width", "8", "--max-steps", "4"], env=slurm_cluster,
-                                        watch=release_once_waiting)
+                                         *NARROW, "--max-steps", "4"], env=slurm_cluster, watch=release_once_waiting)
     finally:
         release.touch()
         subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)

@@ -82,5 +82,5 @@ def test_each_ended_process_is_charged_to_its_test_by_cause_through_its_parents(
 
 def test_the_lanes_a_test_holds_follow_its_fixtures() -> None:
     assert ledger.lanes_of(["tmp_path", "second_pair"], whole_pair=False) == ("slurm2",)
-    assert ledger.lanes_of(["ssh_hosts"], whole_pair=True) == ("hosts", "slurm")
+    assert ledger.lanes_of(["ssh_hosts"], whole_pair=True) == ("slurm", "hosts")
     assert ledger.lanes_of(["tmp_path"], whole_pair=False) == ()
