@@ -4,11 +4,12 @@
   plans, renders or refuses (seconds in all per file). Marker ``unit``.
 - ``tests/e2e/``: real local processes that train or run workers (seconds to a minute each). Marker ``e2e``.
 - ``tests/cluster/``: the SLURM test cluster and its sshd (tests/slurm/cluster.sh; minutes). Marker
-  ``cluster``. Three lanes side by side, each one test at a time (and in one pytest-xdist worker where the
+  ``cluster``. Four lanes side by side, each one test at a time (and in one pytest-xdist worker where the
   run has several): SLURM tests on nodes n1 and n2 (fixture ``slurm_cluster``), SLURM tests on n3 and n4
-  (``second_pair``: the long ones that wait on SLURM's clock or break a node), ssh tests on n1 and n2's sshd
-  (``ssh_hosts``). ``whole_pair`` tests (they change or measure n1 and n2's network) hold both lanes on n1
-  and n2; the second pair's tests go on beside them.
+  (``second_pair``: the long ones that wait on SLURM's clock or break a node), SLURM tests through the login
+  host on n6 and n7 (``login_host``; ``third_pair`` for other tests there), ssh tests on n1 and n2's sshd
+  (``ssh_hosts``). ``whole_pair`` tests (they change or measure n1 and n2's network) hold both lanes on n1 and
+  n2; the other pairs' tests go on beside them.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needed = _needs(item)
         if folder == "cluster" and not {"slurm", "sshd"} & set(needed):
             raise pytest.UsageError(f"{item.nodeid}: a cluster test needs the cluster: take its fixture "
-                                    "(slurm_cluster, first_pair, second_pair, ssh_hosts, login_host) or mark it "
+                                    "(slurm_cluster, first_pair, second_pair, third_pair, ssh_hosts, login_host) or "
+                                    "mark it "
                                     "@pytest.mark.needs(\"slurm\")")
         if needed:
             item.add_marker(pytest.mark.needs(*needed))
@@ -265,6 +267,14 @@ def second_pair(request: pytest.FixtureRequest, _cluster_lease: testcluster.Leas
 
 
 @pytest.fixture
+def third_pair(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[testcluster.NodePair]:
+    """The cluster's third node pair (n6, n7; partitions debug3 and high3), the login host's: its lane, for tests
+    written against a pair's profile, nodes and partitions (the site's shell, containers) beside the first pair's."""
+    with _pair(request, _cluster_lease, "slurm3") as pair:
+        yield pair
+
+
+@pytest.fixture
 def ssh_hosts(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease) -> Iterator[testcluster.SshHosts]:
     """The cluster's nodes n1 and n2 as ssh hosts (an sshd in each); no other ssh test runs meanwhile."""
     _take(_cluster_lease, ssh=True)
@@ -277,14 +287,15 @@ def ssh_hosts(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease)
 @pytest.fixture
 def login_host(request: pytest.FixtureRequest, _cluster_lease: testcluster.Lease,
                tmp_path: Path) -> Iterator[testcluster.LoginHost]:
-    """The cluster's login host in front of the second node pair (n3, n4), this test's alone while it runs (the
-    pair's lane), with a workdir on the cluster made for the test."""
+    """The cluster's login host in front of the third node pair (n6, n7), this test's alone while it runs (the
+    pair's lane, apart from the second pair's tests that wait on SLURM's clock), with a workdir on the cluster
+    made for the test."""
     _take(_cluster_lease, ssh=True)
-    with testcluster.Turn("slurm2"):
-        _ready(("slurm2",))
+    with testcluster.Turn("slurm3"):
+        _ready(("slurm3",))
         folder = tmp_path / "cluster"
         folder.mkdir()
-        yield testcluster.LoginHost(state=testcluster.STATE, cluster_dir=folder, pair=testcluster.PAIRS["slurm2"])
+        yield testcluster.LoginHost(state=testcluster.STATE, cluster_dir=folder, pair=testcluster.PAIRS["slurm3"])
 
 
 @pytest.fixture

@@ -66,7 +66,7 @@ def wait_for_run(condition: Callable[[], object], watched: Path, stall_s: float 
                  every_s: float | None = None) -> bool:
     """Whether ``condition()`` became true before the job it waits on stalled: nothing under ``watched`` (its run
     folder: logs, metrics, checkpoints) changed for ``stall_s``, or ``limit_s`` passed in all. On a busy machine
-    (CI runs four workers on two cores) a job is slow, not stuck: a fixed deadline fails it, a stall does not.
+    (CI runs five workers on two cores) a job is slow, not stuck: a fixed deadline fails it, a stall does not.
     ``every_s`` asks the condition that often (a moment that passes fast, such as a checkpoint to act on); the
     folder is looked at once a second at most."""
     deadline, seen, changed_at = time.monotonic() + limit_s, _tree_state(watched), time.monotonic()

@@ -45,12 +45,14 @@ CLUSTER_PIDS = Path("/run/launchsl")  # tests/slurm/cluster.sh's pid files
 # Which daemons work for which lane (tests/testcluster.py's lanes), by their pid file's name.
 LANE_DAEMONS = {
     "slurm": ("slurmd-n1", "slurmd-n2"),
-    "slurm2": ("slurmd-n3", "slurmd-n4", "slurmd-n5", "sshd-login", "sshd-n3", "sshd-n4", "sshd-n5"),
+    "slurm2": ("slurmd-n3", "slurmd-n4", "slurmd-n5", "sshd-n3", "sshd-n4", "sshd-n5"),
+    "slurm3": ("slurmd-n6", "slurmd-n7", "sshd-login", "sshd-n6", "sshd-n7"),
     "hosts": ("sshd-n1", "sshd-n2"),
 }
+SLURM_LANES = frozenset(lane for lane in LANE_DAEMONS if lane.startswith("slurm"))  # the node pairs'
 SHARED_DAEMONS = {"slurmctld": "controller", "munged": "controller"}  # every SLURM test's: counted once, apart
-LANE_FIXTURES = {"slurm_cluster": "slurm", "first_pair": "slurm", "second_pair": "slurm2", "login_host": "slurm2",
-                 "ssh_hosts": "hosts"}  # conftest.py's: the lane each fixture takes its turn on
+LANE_FIXTURES = {"slurm_cluster": "slurm", "first_pair": "slurm", "second_pair": "slurm2", "third_pair": "slurm3",
+                 "login_host": "slurm3", "ssh_hosts": "hosts"}  # conftest.py's: the lane each fixture takes its turn on
 TICKS = 100  # acct(2)'s AHZ
 TORCH_SIZE_KB = 900_000  # a Python process that loaded torch maps well over this (a bare interpreter: ~30 MB)
 
@@ -459,7 +461,7 @@ class Ledger:
             rest = _total(test) - sum(counted.values())
             if rest > 0:  # daemons' own work where the test held a lane, processes still running at its end
                 lanes = set(test["lanes"])
-                counted["slurm" if lanes & {"slurm", "slurm2"} else "ssh" if lanes else "unattributed"] += rest
+                counted["slurm" if lanes & SLURM_LANES else "ssh" if lanes else "unattributed"] += rest
             # a container's processes run in podman's own cgroups: their records count where the cgroups could not
             test["cpu"] = round(max(_total(test), sum(counted.values())), 3)
         totals: dict[str, float] = defaultdict(float)

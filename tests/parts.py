@@ -82,6 +82,7 @@ FIXTURE_NEEDS = {
     "slurm_cluster": ("slurm",),
     "first_pair": ("slurm",),
     "second_pair": ("slurm",),
+    "third_pair": ("slurm",),
     "ssh_hosts": ("slurm", "sshd"),
     "login_host": ("slurm", "sshd"),  # the login host's sshd, in front of the SLURM test cluster
     "module_site": ("modules",),  # tests/cluster/test_job_shell.py: modules (and a venv) on the nodes

@@ -1,4 +1,4 @@
-"""How pytest-xdist hands the suite to its workers (pyproject's ``-n 4 --dist loadfile``), and the guard that
+"""How pytest-xdist hands the suite to its workers (pyproject's ``-n 5 --dist loadfile``), and the guard that
 fails a run whose grouping did not hold.
 
 Groups: every file's tests go to one worker, so that a module's fixtures (four training runs, an image, a
@@ -24,8 +24,9 @@ from xdist.scheduler import LoadScopeScheduling
 
 # A cluster test's group, by the fixture it takes (the first that matches): one group per lane.
 LANE_GROUPS = {"ssh_hosts": "lane: ssh hosts n1 n2", "slurm_cluster": "lane: slurm n1 n2",
-               "first_pair": "lane: slurm n1 n2", "second_pair": "lane: slurm n3 n4", "login_host": "lane: slurm n3 n4"}
-LANES_FIRST = (LANE_GROUPS["slurm_cluster"], LANE_GROUPS["second_pair"])
+               "first_pair": "lane: slurm n1 n2", "second_pair": "lane: slurm n3 n4", "third_pair": "lane: slurm n6 n7",
+               "login_host": "lane: slurm n6 n7"}
+LANES_FIRST = (LANE_GROUPS["slurm_cluster"], LANE_GROUPS["second_pair"], LANE_GROUPS["login_host"])
 GROUPS_KEY = "launch_test_groups"  # workerinput: the folder where each worker writes its groups
 
 

@@ -7,9 +7,10 @@ test run (pytest-xdist workers, or two runs side by side), and file locks in ``/
   it exclusive, so nobody can stop (or start over) a cluster that another process is using; cluster.sh
   itself refuses too (the lock reaches it as ``CLUSTER_LEASE_FD``).
 - ``admin.lock``: held while a process takes or gives back its lease, starts or stops the cluster.
-- ``turn-slurm.lock``, ``turn-slurm2.lock``, ``turn-hosts.lock``: a cluster test holds its lane's lock for its
-  whole length, so no two tests of a lane overlap, whichever worker runs them. The SLURM lanes are the two node
-  pairs (``PAIRS``: n1 and n2 in partitions debug and high, n3 and n4 in debug2 and high2, and with n5 in trio2); a SLURM test
+- ``turn-slurm.lock``, ``turn-slurm2.lock``, ``turn-slurm3.lock``, ``turn-hosts.lock``: a cluster test holds its
+  lane's lock for its whole length, so no two tests of a lane overlap, whichever worker runs them. The SLURM lanes
+  are the three node pairs (``PAIRS``: n1 and n2 in partitions debug and high, n3 and n4 in debug2 and high2, and
+  with n5 in trio2, n6 and n7, behind the login host, in debug3 and high3); a SLURM test
   starts on an idle pair with no job of its partitions left. ssh tests use n1 and n2's sshd; a test that
   changes or measures n1 and n2's network holds both lanes on them.
 
@@ -35,7 +36,7 @@ LOCKS = Path("/run/launchsl")  # cluster.sh's own folder for pid files
 STATE = Path("/tmp/launch-test-cluster")  # slurm.conf, logs, spool, keys; one cluster, one folder
 OWNER = LOCKS / "owner"  # the run that started the cluster now up: "RUN_ID PID"
 RUN_ID_VARIABLE = "LAUNCH_TEST_RUN_ID"  # set by the run's controlling process, inherited by its workers
-NODES = ("n1", "n2", "n3", "n4", "n5")
+NODES = ("n1", "n2", "n3", "n4", "n5", "n6", "n7")
 SUBNET = "10.231.77"  # cluster.sh's: node nK is SUBNET.(10 + K)
 
 
@@ -260,10 +261,11 @@ def _revive(node: str) -> None:
 
 PAIRS = {pair.lane: pair for pair in (NodePair("slurm", ("n1", "n2"), "debug", "high"),
                                       NodePair("slurm2", ("n3", "n4"), "debug2", "high2", third="n5",
-                                               trio="trio2"))}
+                                               trio="trio2"),
+                                      NodePair("slurm3", ("n6", "n7"), "debug3", "high3"))}
 
 
-LANES = ("slurm", "slurm2", "hosts")  # the two node pairs' jobs; n1 and n2's sshd and what runs through them
+LANES = ("slurm", "slurm2", "slurm3", "hosts")  # the node pairs' jobs; n1 and n2's sshd and what runs through them
 LOGIN = "login"  # the login host's namespace (tests/slurm/cluster.sh): an sshd and SLURM's clients, no slurmd
 LOGIN_ADDRESS = f"{SUBNET}.20"
 FIRST_PAIR_LANES = ("slurm", "hosts")  # every lane on n1 and n2: a test that changes their network holds both
@@ -343,11 +345,13 @@ class LoginHost(ClusterKeys):
 
     def profile(self, folder: Path, *, name: str = "login.yaml", login: str = "", extra: str = "",
                 python: str = sys.executable) -> Path:
-        """slurm-local-2x2 on the second pair, submitted through the login host (``login``: more indented
-        lines of slurm.login; ``extra``: top-level YAML); ``python`` is the cluster's."""
+        """slurm-local-2x2 on the login host's pair, one rank a node, submitted through the login host (``login``: more
+        indented lines of slurm.login; ``extra``: top-level YAML); ``python`` is the cluster's. What the login
+        tests check (what reaches the cluster, what comes back) two ranks on two nodes show as four would."""
         path = folder / name
         path.write_text(
-            f"extends: slurm-local-2x2\npython: {python}\n{extra}slurm:\n  partition: {self.pair.partition}\n"
+            f"extends: slurm-local-2x2\nprocs_per_node: 1\npython: {python}\n{extra}slurm:\n"
+            f"  partition: {self.pair.partition}\n"
             f"  login:\n    host: {self.host}\n    workdir: {self.cluster_dir}\n    identity_file: {self.identity}\n"
             f"    options: {{UserKnownHostsFile: {self.known_hosts}, StrictHostKeyChecking: 'yes', "
             f"IdentitiesOnly: 'yes'}}\n{login}", encoding="utf-8")

@@ -52,18 +52,18 @@ def _mounts(*extra: Path, with_launch: bool = True) -> str:
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
 def test_every_rank_runs_in_the_podman_image_with_the_same_wiring_folders_and_secrets(  # type: ignore[no-untyped-def]
-        first_pair, podman_image, tmp_path: Path, launcher: str) -> None:
+        third_pair, podman_image, tmp_path: Path, launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    profile = first_pair.profile(tmp_path, extra=(
+    profile = third_pair.profile(tmp_path, extra=(
         f"python: {sys.executable}\nsecrets: [SITE_TOKEN]\nenv:\n  PYTHONPATH: {ROOT}\n"  # this checkout's launch
         f"container:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{_mounts(out.parent)}"))
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE), "--run-dir",
                    str(run_dir), "--", str(out), *(["--no-torch"] if launcher == "submitit" else []),
-                   env={**first_pair.env, **podman_image, "SITE_TOKEN": "tok-4711"},
+                   env={**third_pair.env, **podman_image, "SITE_TOKEN": "tok-4711"},
                    cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
-    assert {rank["host"] for rank in ranks} == set(first_pair.nodes)
+    assert {rank["host"] for rank in ranks} == set(third_pair.nodes)
     for index, rank in enumerate(ranks):
         assert rank["image"] == MARK, "the rank ran in the image"
         assert (rank["RANK"], rank["WORLD_SIZE"]) == (str(index), "4"), "the same rank wiring"
@@ -78,7 +78,7 @@ def test_every_rank_runs_in_the_podman_image_with_the_same_wiring_folders_and_se
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
 def test_an_image_with_python_and_torch_and_no_launch_runs_the_job(  # type: ignore[no-untyped-def]
-        first_pair, podman_image, tmp_path: Path, launcher: str) -> None:
+        third_pair, podman_image, tmp_path: Path, launcher: str) -> None:
     """Published images (NGC's among them) have no launch: its runtime comes from the run folder's zip, on the
     image's path, and every rank runs it there, torch's collective included."""
     run_dir, out = tmp_path / "run", tmp_path / "out"
@@ -87,10 +87,10 @@ def test_an_image_with_python_and_torch_and_no_launch_runs_the_job(  # type: ign
     bare = subprocess.run(["podman", "run", "--rm", *volumes, IMAGE, sys.executable, "-c", "import torch, launch"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, **podman_image})
     assert bare.returncode != 0 and "No module named 'launch'" in bare.stderr, "the image has torch and no launch"
-    profile = first_pair.profile(tmp_path, extra=(
+    profile = third_pair.profile(tmp_path, extra=(
         f"python: {sys.executable}\ncontainer:\n  image: {IMAGE}\n  runtime: podman\n  mounts:\n{mounts}"))
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE), "--run-dir",
-                   str(run_dir), "--", str(out), env={**first_pair.env, **podman_image}, cwd=tmp_path)
+                   str(run_dir), "--", str(out), env={**third_pair.env, **podman_image}, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     for rank in ranks:
@@ -98,11 +98,11 @@ def test_an_image_with_python_and_torch_and_no_launch_runs_the_job(  # type: ign
         assert rank["launch_from"].startswith(str(run_dir / "launch-runtime.zip")), rank["launch_from"]
 
 
-def test_a_pyxis_container_on_a_cluster_without_pyxis_is_refused_at_submit(first_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    profile = first_pair.profile(tmp_path, extra="container:\n  image: nvcr.io#nvidia/pytorch:24.05-py3\n"
+def test_a_pyxis_container_on_a_cluster_without_pyxis_is_refused_at_submit(third_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    profile = third_pair.profile(tmp_path, extra="container:\n  image: nvcr.io#nvidia/pytorch:24.05-py3\n"
                                                   "  runtime: pyxis\n")
     done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(tmp_path / "run"),
-                   "--", str(tmp_path / "out"), env=first_pair.env, cwd=tmp_path)
+                   "--", str(tmp_path / "out"), env=third_pair.env, cwd=tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "container.runtime pyxis: this cluster's srun has no --container-image" in done.stderr
     assert not (tmp_path / "run").exists(), "nothing was queued, no run folder made"

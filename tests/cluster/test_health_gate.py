@@ -118,15 +118,16 @@ def _losses(run_dir: Path) -> list[tuple[int, float]]:
 
 
 def _training(pair, tmp_path: Path, extra: str = "", slurm: str = ""):  # type: ignore[no-untyped-def]
-    """`submit` of a 200-step run on the trio (a checkpoint every 50 steps), followed into a file; the run folder,
-    the process, the file, and a wait until the run is past its checkpoint at step 50."""
-    profile = _trio_profile(pair, tmp_path, extra, slurm)
+    """`submit` of a 200-step run on the trio, one rank a node and the narrow CNN (a checkpoint every 50 steps),
+    followed into a file; the run folder, the process, the file, and a wait until the run is past its checkpoint
+    at step 50."""
+    profile = _trio_profile(pair, tmp_path, "procs_per_node: 1\n" + extra, slurm)
     run_dir = tmp_path / "run"
     said = (tmp_path / "submit.out").open("w+")
     follower = subprocess.Popen(
         [sys.executable, "-m", "launch", "submit", "--profile", str(profile), "--launcher", "sbatch", "--run-dir",
-         str(run_dir), "--", "--batch-size", "16", "--log-every", "5", "--checkpoint-every", "50", "--max-steps",
-         "200"], cwd=ROOT, stdout=said, stderr=subprocess.STDOUT, text=True,
+         str(run_dir), "--", *NARROW, "--batch-size", "16", "--log-every", "5", "--checkpoint-every", "50",
+         "--max-steps", "200"], cwd=ROOT, stdout=said, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **pair.env, "PYTHONPATH": str(ROOT)})
 
     def past_a_checkpoint() -> bool:  # well past the checkpoint at step 50 (written whole), well before the next
@@ -139,10 +140,10 @@ def _training(pair, tmp_path: Path, extra: str = "", slurm: str = ""):  # type: 
 
 
 def _resumed_exactly(run_dir: Path, before: list[tuple[int, float]]) -> None:
-    """The run finished its 200 steps on 4 ranks from its checkpoint at step 50, and the steps it trained again
+    """The run finished its 200 steps on 2 ranks from its checkpoint at step 50, and the steps it trained again
     have the losses the first job logged, step for step."""
     result = json.loads((run_dir / "result.json").read_text())
-    assert result["steps"] == 200 and result["world_size"] == 4
+    assert result["steps"] == 200 and result["world_size"] == 2
     resumed = result["resumed_from_step"]
     assert resumed == 50, "from its last checkpoint"
     again = dict(_losses(run_dir)[len(before):])

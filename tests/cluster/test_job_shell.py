@@ -19,7 +19,7 @@ from tests.testcluster import PAIRS
 from tests.user_code_runs import PROBE
 
 MODULE = "#%Module\nsetenv SITE_MODULE launchtest-1.0\n"
-HEAD, OTHER = PAIRS["slurm"].nodes  # the pair these tests run on (fixture first_pair)
+HEAD, OTHER = PAIRS["slurm3"].nodes  # the pair these tests run on (fixture third_pair)
 ONLY_ON_HEAD = '#%Module\nif {[exec hostname] ne "' + HEAD + '"} { error "not installed on this node" }\n'
 
 
@@ -40,8 +40,8 @@ def _lines(key: str, lines: list[str]) -> str:
     return f"{key}:\n" + "".join(f"  - {json.dumps(line)}\n" for line in lines)  # JSON strings are YAML
 
 
-def _profile(first_pair, folder: Path, module_site: dict[str, Path], node_setup: list[str]) -> Path:  # type: ignore[no-untyped-def]
-    return first_pair.profile(folder, extra=(
+def _profile(third_pair, folder: Path, module_site: dict[str, Path], node_setup: list[str]) -> Path:  # type: ignore[no-untyped-def]
+    return third_pair.profile(folder, extra=(
         "python: python\n"
         "modules: [launchtest/1.0]\n"
         "module_purge: true\n"
@@ -68,17 +68,17 @@ def _job_id(run_dir: Path) -> str:
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_modules_venv_setup_and_node_setup_reach_every_rank(first_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_modules_venv_setup_and_node_setup_reach_every_rank(third_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                             launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
     nodes = tmp_path / "node-setup"
-    profile = _profile(first_pair, tmp_path, module_site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
+    profile = _profile(third_pair, tmp_path, module_site, [f"mkdir -p {nodes}", f'hostname >> "{nodes}/$(hostname)"'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
                    "--run-dir", str(run_dir), "--", str(out), "--no-torch",
-                   env={**first_pair.env, "LD_LIBRARY_PATH": "/site/lib"}, cwd=tmp_path)
+                   env={**third_pair.env, "LD_LIBRARY_PATH": "/site/lib"}, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
-    assert {rank["host"] for rank in ranks} == set(first_pair.nodes)
+    assert {rank["host"] for rank in ranks} == set(third_pair.nodes)
     for rank in ranks:
         assert Path(rank["prefix"]) == module_site["venv"], "python: python resolved to the venv setup activated"
         assert rank["site"]["SITE_MODULE"] == "launchtest-1.0", "the module was loaded"
@@ -94,14 +94,14 @@ def test_modules_venv_setup_and_node_setup_reach_every_rank(first_pair, module_s
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(first_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(third_pair, module_site, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                        launcher: str) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    bad = first_pair.nodes[1]
-    profile = _profile(first_pair, tmp_path, module_site, [f'echo "copying the data set to {bad}"',
+    bad = third_pair.nodes[1]
+    profile = _profile(third_pair, tmp_path, module_site, [f'echo "copying the data set to {bad}"',
                                                      f'if [ "$(hostname)" = {bad} ]; then echo "disk full"; exit 4; fi'])
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
-                   "--run-dir", str(run_dir), "--", str(out), "--no-torch", env=first_pair.env, cwd=tmp_path)
+                   "--run-dir", str(run_dir), "--", str(out), "--no-torch", env=third_pair.env, cwd=tmp_path)
     assert done.returncode != 0
     assert f"node_setup failed on {bad} (exit status 4); its last lines: copying the data set to {bad} | disk full" \
         in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
@@ -110,21 +110,21 @@ def test_a_failing_node_setup_stops_the_job_named_and_after_still_runs(first_pai
     assert (run_dir / "after.txt").is_file(), "after ran although the job failed"
 
 
-def test_after_runs_after_a_rank_fails(first_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_after_runs_after_a_rank_fails(third_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    profile = _profile(first_pair, tmp_path, module_site, ["true"])
+    profile = _profile(third_pair, tmp_path, module_site, ["true"])
     done = run_cli("submit", "--profile", str(profile), "--script", str(PROBE), "--run-dir", str(run_dir), "--",
-                   str(out), "--fail", "exit3", "--no-torch", env=first_pair.env, cwd=tmp_path)
+                   str(out), "--fail", "exit3", "--no-torch", env=third_pair.env, cwd=tmp_path)
     assert done.returncode != 0 and "rank 1 on" in done.stderr, done.stderr[-2000:]
     assert (run_dir / "after.txt").read_text().startswith("after: launchtest-1.0"), "after ran after the failure"
 
 
-def test_check_says_per_node_which_modules_load_and_which_python_ran(first_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_check_says_per_node_which_modules_load_and_which_python_ran(third_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """sitelocal/1.0 loads on the head only: check names the other node and the module, and shows the venv's
     python on both."""
-    profile = _profile(first_pair, tmp_path, module_site, ["true"])
+    profile = _profile(third_pair, tmp_path, module_site, ["true"])
     profile.write_text(profile.read_text().replace("modules: [launchtest/1.0]", "modules: [launchtest/1.0, sitelocal/1.0]"))
-    done = run_cli("check", "--profile", str(profile), "--script", str(PROBE), env=first_pair.env, cwd=tmp_path)
+    done = run_cli("check", "--profile", str(profile), "--script", str(PROBE), env=third_pair.env, cwd=tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     found = rows(done.stdout)
     assert found[HEAD]["modules"] == "all 2 load" and found[OTHER]["modules"] == "not: sitelocal/1.0", done.stdout
@@ -136,13 +136,13 @@ def test_check_says_per_node_which_modules_load_and_which_python_ran(first_pair,
     assert f"{HEAD}: module" not in verdict
 
 
-def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(first_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(third_pair, module_site, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A torchrun batch script as users write them, converted, and the printed command run as printed."""
     out = tmp_path / "out"
     script = tmp_path / "train.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --job-name=converted\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
-        f"#SBATCH --partition={first_pair.partition}\n#SBATCH --time=10\n#SBATCH --output=slurm-%j.out\n"
+        f"#SBATCH --partition={third_pair.partition}\n#SBATCH --time=10\n#SBATCH --output=slurm-%j.out\n"
         f"export MODULEPATH={module_site['modulefiles']}\nmodule load launchtest/1.0\n"
         f"source {module_site['venv']}/bin/activate\nexport SITE_FROM_SCRIPT=yes\n"
         "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
@@ -152,10 +152,10 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(first_pair, module
     assert converted.returncode == 0, converted.stderr
     command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
     assert command[:4] == ["python", "-m", "launch", "submit"]
-    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=first_pair.env, cwd=tmp_path)
+    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=third_pair.env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
-    assert {rank["host"] for rank in ranks} == set(first_pair.nodes)
+    assert {rank["host"] for rank in ranks} == set(third_pair.nodes)
     assert {(rank["site"]["SITE_FROM_SCRIPT"], rank["site"]["SITE_MODULE"]) for rank in ranks} == \
         {("yes", "launchtest-1.0")}
     assert {rank["slurm"]["SLURM_JOB_NAME"] for rank in ranks} == {"converted"}
@@ -166,41 +166,41 @@ def test_a_batch_script_read_by_from_sbatch_runs_the_same_job(first_pair, module
         (tmp_path / "run" / "logs").iterdir())
 
 
-def test_a_python_per_task_script_with_a_prefix_runs_through_submitit(first_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_python_per_task_script_with_a_prefix_runs_through_submitit(third_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """srun's tasks as the processes (ranks from SLURM_PROCID), each under `nice -n 3`: the submitit launcher,
     the prefix before every task's python, memory per CPU asked as written."""
     out = tmp_path / "out"
     script = tmp_path / "pertask.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --job-name=pertask\n#SBATCH --nodes=2 --ntasks-per-node=2\n"
-        f"#SBATCH --partition={first_pair.partition}\n#SBATCH --time=10\n#SBATCH --mem-per-cpu=100M\n"
+        f"#SBATCH --partition={third_pair.partition}\n#SBATCH --time=10\n#SBATCH --mem-per-cpu=100M\n"
         "export SITE_FROM_SCRIPT=per-task\n"
         f"srun -l nice -n 3 python {PROBE} {out} --no-torch\n")
     converted = run_cli("from-sbatch", str(script), "--device", "cpu", cwd=tmp_path)
     assert converted.returncode == 0, converted.stdout + converted.stderr
     command = shlex.split(converted.stdout.split("run the same job with:\n", 1)[1].splitlines()[0])
     assert command[command.index("--launcher") + 1] == "submitit"
-    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=first_pair.env, cwd=tmp_path)
+    done = run_cli(*_with_run_dir(command, tmp_path / "run"), env=third_pair.env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     assert {(rank["nice"], rank["site"]["SITE_FROM_SCRIPT"]) for rank in ranks} == {(3, "per-task")}
-    assert {rank["host"] for rank in ranks} == set(first_pair.nodes)
+    assert {rank["host"] for rank in ranks} == set(third_pair.nodes)
     job = subprocess.run(["scontrol", "show", "job", _job_id(tmp_path / "run")], capture_output=True, text=True,
-                         env={**os.environ, **first_pair.env}, check=False).stdout
+                         env={**os.environ, **third_pair.env}, check=False).stdout
     assert "MinMemoryCPU=100M" in job, job
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
-def test_after_runs_when_the_job_is_cancelled(first_pair, module_site, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
+def test_after_runs_when_the_job_is_cancelled(third_pair, module_site, tmp_path: Path, launcher: str) -> None:  # type: ignore[no-untyped-def]
     """`launch cancel` (scancel): the batch shell outlives SLURM's SIGTERM, the tasks end, after runs (within
     the cluster's KillWait)."""
     run_dir, out = tmp_path / "run", tmp_path / "out"
-    profile = _profile(first_pair, tmp_path, module_site, ["true"])
+    profile = _profile(third_pair, tmp_path, module_site, ["true"])
     started = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script", str(PROBE),
                       "--run-dir", str(run_dir), "--detach", "--", str(out), "--sleep", "120", "--no-torch",
-                      env=first_pair.env, cwd=tmp_path)
+                      env=third_pair.env, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert wait_for_run(lambda: len(list(out.glob("rank-*.json"))) == 4, run_dir), "the ranks started"
-    assert run_cli("cancel", str(run_dir), env=first_pair.env).returncode == 0
+    assert run_cli("cancel", str(run_dir), env=third_pair.env).returncode == 0
     assert wait_for(lambda: (run_dir / "after.txt").is_file(), 60), "after ran once the job was cancelled"
-    assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=first_pair.env).stdout, 60)
+    assert wait_for(lambda: ": cancelled" in run_cli("status", str(run_dir), env=third_pair.env).stdout, 60)

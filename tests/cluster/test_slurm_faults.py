@@ -18,6 +18,7 @@ import pytest
 
 from launch.core import run_jobs
 from tests.helpers import (
+    NARROW,
     ROOT,
     USER_CODE,
     communicate_while_running,
@@ -27,8 +28,10 @@ from tests.helpers import (
     wait_for_run,
 )
 
-# World size 4, batch 16: 125 steps an epoch on the embedded digits.
+# One rank a node (world size 2), batch 32: 125 steps an epoch on the embedded digits. Two nodes prove what these
+# tests check (a requeue, a preemption, a partition, a dead node, a time limit), and two ranks cost half of four.
 STEPS_PER_EPOCH = 125
+ONE_A_NODE = "procs_per_node: 1\n"
 
 
 def _slurm(env: dict[str, str], *argv: str) -> str:
@@ -37,9 +40,10 @@ def _slurm(env: dict[str, str], *argv: str) -> str:
     return done.stdout
 
 
-def _submit(env: dict[str, str], run_dir: Path, *train: str, profile: str = "slurm-local-2x2") -> str:
+def _submit(env: dict[str, str], run_dir: Path, *train: str, profile: str = "slurm-local-2x2",
+            batch: str = "16") -> str:
     started = run_cli("submit", "--profile", profile, "--strategy", "ddp", "--run-dir", str(run_dir), "--detach",
-                      "--", "--batch-size", "16", "--checkpoint-every", "1000", "--log-every", "10", *train, env=env)
+                      "--", "--batch-size", batch, "--checkpoint-every", "1000", "--log-every", "10", *train, env=env)
     assert started.returncode == 0, started.stderr
     return re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
 
@@ -86,12 +90,12 @@ def test_a_requeued_job_checkpoints_and_continues_where_it_stopped(second_pair, 
     before it ends. (USR2, submitit's own requeue signal, comes from SLURM itself in the time-limit test, and
     from ``scancel --signal`` in tests/cluster/test_user_code.py.)"""
     run_dir, env = tmp_path / "run", second_pair.env
-    job_id = _submit(env, run_dir, "--max-steps", str(STEPS_PER_EPOCH + 50),
-                     profile=str(second_pair.profile(tmp_path)))
+    job_id = _submit(env, run_dir, *NARROW, "--max-steps", str(STEPS_PER_EPOCH + 50), batch="32",
+                     profile=str(second_pair.profile(tmp_path, extra=ONE_A_NODE)))
     _started(run_dir, 30)
     _slurm(env, "scontrol", "requeue", job_id)
     result = _finished(env, run_dir)
-    assert result["steps"] == STEPS_PER_EPOCH + 50 and result["world_size"] == 4
+    assert result["steps"] == STEPS_PER_EPOCH + 50 and result["world_size"] == 2
     ((stopped, resumed),) = _stops_and_resumes(run_dir, "SIGTERM")
     assert 30 <= stopped < STEPS_PER_EPOCH and resumed == stopped, "the run continued from the stop, exactly"
     assert result["resumed_from_step"] == stopped
@@ -107,11 +111,10 @@ def test_a_job_preempted_for_a_higher_priority_partition_checkpoints_requeues_an
     run_dir, env = tmp_path / "run", second_pair.env
     steps = STEPS_PER_EPOCH + 50
     follower = subprocess.Popen(
-        [sys.executable, "-m", "launch", "submit", "--profile", str(second_pair.profile(tmp_path)), "--strategy",
-         "ddp", "--run-dir",
-         str(run_dir), "--", "--batch-size", "16", "--checkpoint-every", "1000", "--log-every", "10",
-         "--max-steps", str(steps)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+        [sys.executable, "-m", "launch", "submit", "--profile", str(second_pair.profile(tmp_path, extra=ONE_A_NODE)),
+         "--strategy", "ddp", "--run-dir", str(run_dir), "--", *NARROW, "--batch-size", "32", "--checkpoint-every",
+         "1000", "--log-every", "10", "--max-steps", str(steps)], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     try:
         _started(run_dir, 30)
         _slurm(env, "sbatch", f"--partition={second_pair.high_partition}", "--nodes=2", "--ntasks=4",
@@ -136,13 +139,13 @@ def test_a_partition_between_the_nodes_ends_the_job_within_seconds_naming_the_ho
     reachable. Every rank's collective times out (the profile's 20 s) and ends; srun never hears that the cut
     node's tasks ended, so SLURM would keep the job RUNNING until its time limit: launch ends it and reports the
     failure it was. (Only the second pair's link is cut: the first pair's tests go on beside it.)"""
-    profile = second_pair.profile(tmp_path, extra="rendezvous:\n  timeout_s: 20\n")
+    profile = second_pair.profile(tmp_path, extra=ONE_A_NODE + "rendezvous:\n  timeout_s: 20\n")
     run_dir, env = tmp_path / "run", second_pair.env
     first, cut_off = second_pair.nodes
     names = f"({first}|{cut_off})"
     follower = subprocess.Popen(
         [sys.executable, "-m", "launch", "submit", "--profile", str(profile), "--strategy", "ddp", "--run-dir",
-         str(run_dir), "--", "--batch-size", "16", "--log-every", "10", "--epochs", "20"], cwd=ROOT,
+         str(run_dir), "--", *NARROW, "--batch-size", "32", "--log-every", "10", "--epochs", "20"], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     table = ["ip", "netns", "exec", f"launchsl-{cut_off}", "nft"]
@@ -183,8 +186,9 @@ def test_a_node_that_dies_ends_the_allocation_and_is_named(second_pair, tmp_path
     dead = second_pair.nodes[1]
     said = (tmp_path / "submit.out").open("w+")
     follower = subprocess.Popen(
-        [sys.executable, "-m", "launch", "submit", "--profile", str(second_pair.profile(tmp_path)), "--strategy",
-         "ddp", "--run-dir", str(run_dir), "--", "--batch-size", "16", "--log-every", "10", "--epochs", "20"],
+        [sys.executable, "-m", "launch", "submit", "--profile", str(second_pair.profile(tmp_path, extra=ONE_A_NODE)),
+         "--strategy", "ddp", "--run-dir", str(run_dir), "--", *NARROW, "--batch-size", "32", "--log-every", "10",
+         "--epochs", "20"],
         cwd=ROOT, stdout=said, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     try:
         _started(run_dir, 30)
@@ -220,7 +224,8 @@ def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(second_p
     exactly once. (With the bundled example's counted steps, the same test needed 2 allocations on a quiet
     machine and 3 on a busy one: 234 to 464 s. The examples stop and resume the same way on SIGTERM, in the
     requeue and preemption tests above.)"""
-    profile = second_pair.profile(tmp_path, slurm="  time_min: 2\n  signal_delay_s: 30\n  max_timeouts: 10\n")
+    profile = second_pair.profile(tmp_path, slurm="  time_min: 2\n  signal_delay_s: 30\n  max_timeouts: 10\n",
+                                  extra=ONE_A_NODE)
     out, run_dir, steps, env = tmp_path / "out", tmp_path / "run", 400, second_pair.env
     started = run_cli("submit", "--profile", str(profile), "--script", str(USER_CODE / "resumable.py"),
                       "--run-dir", str(run_dir), "--detach", "--", str(out), "--steps", str(steps),
@@ -229,7 +234,7 @@ def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(second_p
     job_id = re.search(r"job (\d+) submitted", started.stdout).group(1)  # type: ignore[union-attr]
     assert wait_for_run(lambda: (out / "done.json").is_file(), run_dir, 180), _log(run_dir)[-3000:]
     done = json.loads((out / "done.json").read_text())
-    assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 4
+    assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 2
     stops = re.findall(r"stopped by SIGUSR2 at step (\d+)", _log(run_dir))
     assert stops, "the job ran into its time limit at least once"
     assert re.findall(r"resumed from step (\d+)", _log(run_dir)) == stops, "each allocation went on from the stop"
@@ -240,7 +245,7 @@ def test_a_job_that_runs_into_its_time_limit_requeues_itself_until_done(second_p
 def _paced(second_pair, tmp_path: Path, slurm: str) -> tuple[Path, Path, dict[str, str], str]:  # type: ignore[no-untyped-def]
     """The paced resumable script (see the test above) submitted through the sbatch launcher, under a 2-minute
     limit with the signal 30 s before it; (its output folder, run folder, clients' env, job id)."""
-    profile = second_pair.profile(tmp_path, slurm="  time_min: 2\n  signal_delay_s: 30\n" + slurm)
+    profile = second_pair.profile(tmp_path, slurm="  time_min: 2\n  signal_delay_s: 30\n" + slurm, extra=ONE_A_NODE)
     out, run_dir, env = tmp_path / "out", tmp_path / "run", second_pair.env
     started = run_cli("submit", "--profile", str(profile), "--launcher", "sbatch", "--script",
                       str(USER_CODE / "resumable.py"), "--run-dir", str(run_dir), "--detach", "--", str(out),
@@ -250,10 +255,10 @@ def _paced(second_pair, tmp_path: Path, slurm: str) -> tuple[Path, Path, dict[st
 
 
 def _trained_exactly_once(out: Path, run_dir: Path) -> list[str]:
-    """Every step trained once by all 4 ranks, across allocations; the steps each allocation stopped at."""
+    """Every step trained once by both ranks, across allocations; the steps each allocation stopped at."""
     assert wait_for_run(lambda: (out / "done.json").is_file(), run_dir, 180), _log(run_dir)[-3000:]
     done = json.loads((out / "done.json").read_text())
-    assert done["steps"] == 400 and done["trained"] == list(range(1, 401)) and done["world_size"] == 4
+    assert done["steps"] == 400 and done["trained"] == list(range(1, 401)) and done["world_size"] == 2
     stops = re.findall(r"stopped by SIGUSR2 at step (\d+)", _log(run_dir))
     assert stops, "the job ran into its time limit at least once"
     assert re.findall(r"resumed from step (\d+)", _log(run_dir)) == stops, "each allocation went on from the stop"
@@ -284,11 +289,14 @@ def test_where_a_job_may_not_requeue_a_chain_of_jobs_runs_one_run_and_resumes_ex
     out, run_dir, env, first = _paced(second_pair, tmp_path, "  on_time_limit: chain\n  max_chain: 5\n"
                                                             "  extra_sbatch: {no-requeue: ''}\n")
     # a run waiting for this one to finish (submit --after, SLURM's afterok on its first job): each job that stops
-    # at its time limit ends COMPLETED, which would start it early; it waits for the job the run went on in
+    # at its time limit ends COMPLETED, which starts it early; it waits for the job the run went on in. One rank a
+    # node, as the chained jobs: it fits beside the job chained after the first, so both start as the first ends
+    # (with two a node it waited for the nodes whenever SLURM started the chained job first, and never started early)
     waiting, waiting_out = tmp_path / "waiting", tmp_path / "waiting-out"
-    queued = run_cli("submit", "--profile", str(second_pair.profile(tmp_path, name="waiting.yaml")), "--launcher",
-                     "submitit", "--script", str(USER_CODE / "probe.py"), "--after", str(run_dir), "--run-dir",
-                     str(waiting), "--detach", "--", str(waiting_out), "--no-torch", env=env)
+    waiting_profile = second_pair.profile(tmp_path, name="waiting.yaml", extra=ONE_A_NODE)
+    queued = run_cli("submit", "--profile", str(waiting_profile), "--launcher", "submitit", "--script",
+                     str(USER_CODE / "probe.py"), "--after", str(run_dir), "--run-dir", str(waiting), "--detach", "--",
+                     str(waiting_out), "--no-torch", env=env)
     assert queued.returncode == 0, queued.stderr
     stops = _trained_exactly_once(out, run_dir)
     assert wait_for(lambda: ": finished" in run_cli("status", str(run_dir), env=env).stdout, 60)

@@ -51,12 +51,15 @@ def test_a_user_script_spans_two_nodes_with_its_arguments_verbatim(slurm_cluster
 @pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
 def test_a_user_script_with_its_own_trainer_spans_two_nodes(slurm_cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                             launcher: str) -> None:
-    done = run_cli("submit", "--profile", "slurm-local-2x2", "--launcher", launcher, "--script",
+    """One process per node: the Trainer's import is the most a rank pays, and two nodes show the span."""
+    profile = tmp_path / "two-by-one.yaml"
+    profile.write_text("extends: slurm-local-2x2\nprocs_per_node: 1\n")
+    done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script",
                    str(USER_CODE / "own_trainer.py"), "--run-dir", str(tmp_path / "run"), "--", str(tmp_path),
                    env=slurm_cluster)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads((tmp_path / "trainer.json").read_text())
-    assert (result["world_size"], result["steps"]) == (4, 8)
+    assert (result["world_size"], result["steps"]) == (2, 8)
 
 
 @pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
@@ -102,7 +105,7 @@ def test_a_user_script_on_the_runtime_api_survives_preemption(second_pair, tmp_p
     tests/cluster/test_slurm_faults.py.)"""
     out, run_dir, env = tmp_path / "out", tmp_path / "run", second_pair.env
     steps = 100  # 25 s of work at least: the signal comes after the first
-    profile = second_pair.profile(tmp_path, slurm="  requeue_signal: USR1\n")
+    profile = second_pair.profile(tmp_path, slurm="  requeue_signal: USR1\n", extra="procs_per_node: 1\n")
     started = run_cli("submit", "--profile", str(profile), "--script",
                       str(USER_CODE / "resumable.py"), "--run-dir", str(run_dir), "--detach", "--", str(out),
                       "--steps", str(steps), "--step-seconds", "0.25", env=env)
@@ -119,7 +122,7 @@ def test_a_user_script_on_the_runtime_api_survives_preemption(second_pair, tmp_p
     _slurm(env, "scancel", "--signal=USR1", job_id)
     assert wait_for_run(lambda: (out / "done.json").is_file(), run_dir, 180), log.read_text()[-3000:]
     done = json.loads((out / "done.json").read_text())
-    assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 4
+    assert done["steps"] == steps and done["trained"] == list(range(1, steps + 1)) and done["world_size"] == 2
     stops = re.findall(r"stopped by SIGUSR1 at step (\d+)", log.read_text())
     resumes = re.findall(r"resumed from step (\d+)", log.read_text())
     assert len(stops) == 1 and resumes == stops, "preempted once, resumed exactly where it stopped"

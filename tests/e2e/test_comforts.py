@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, run_cli
+from tests.helpers import NARROW, ROOT, run_cli
 from tests.terminal import CLEAR_LINE, run_on_terminal
 
 
@@ -22,8 +22,8 @@ def test_progress_bar_on_a_terminal_and_none_in_logs_or_pipes(tmp_path: Path, st
     run_dir = tmp_path / "tty"
     started = time.time()
     status, shown = run_on_terminal([sys.executable, "-m", "launch", "submit", "--profile", "local-cpu",
-                                     "--strategy", strategy, "--run-dir", str(run_dir), "--", "--max-steps", "40",
-                                     "--log-every", "10"])
+                                     "--strategy", strategy, "--run-dir", str(run_dir), "--", *NARROW,
+                                     "--max-steps", "40", "--log-every", "10"])
     assert status == 0, shown[-3000:]
     assert f"{CLEAR_LINE}epoch 1 [" in shown and "] 40/40 loss " in shown and " samples/s" in shown
     after_last_bar = shown[shown.rindex("epoch 1 ["):]
@@ -34,15 +34,15 @@ def test_progress_bar_on_a_terminal_and_none_in_logs_or_pipes(tmp_path: Path, st
     assert all(json.loads((run_dir / "logs" / f"rank-{rank}.json").read_text())["max_rss_mb"] > 50 for rank in (0, 1))
     if strategy == "ddp":  # not a terminal: the plain lines only (one strategy is enough: one Console)
         piped = run_cli("submit", "--profile", "local-cpu", "--strategy", strategy, "--run-dir",
-                        str(tmp_path / "pipe"), "--", "--max-steps", "20", "--log-every", "10")
+                        str(tmp_path / "pipe"), "--", *NARROW, "--max-steps", "20", "--log-every", "10")
         assert piped.returncode == 0 and "\x1b" not in piped.stdout + piped.stderr
         assert "step 20/20 loss" in piped.stdout
 
 
 def _train_run(run_dir: Path, steps: int) -> None:
-    done = subprocess.run([sys.executable, "-m", "launch_examples.ddp", "--max-steps", str(steps), "--log-every", "5",
-                           "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run([sys.executable, "-m", "launch_examples.ddp", *NARROW, "--max-steps", str(steps),
+                           "--log-every", "5", "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, free_port, processes_mentioning, run_cli, wait_for, wait_for_run
+from tests.helpers import NARROW, ROOT, free_port, processes_mentioning, run_cli, wait_for, wait_for_run
 
 # 63 steps make an epoch at world size 2 and batch 64: 70 steps cross an epoch boundary.
 # Written in the background (what auto chooses on an accelerator or with a spare core); one test writes in sync.
@@ -79,7 +79,7 @@ def test_accelerate_killed_and_resubmitted_ends_with_the_parameters_of_an_uninte
         tmp_path: Path) -> None:
     """Accelerate's save_state goes to memory and is moved to the run folder in the background."""
     straight, run_dir = tmp_path / "straight", tmp_path / "run"
-    train = [*TRAIN, "--max-steps", "50"]  # the last --max-steps counts: no epoch end needed here
+    train = [*TRAIN, *NARROW, "--max-steps", "50"]  # the last --max-steps counts: no epoch end needed here
     assert run_cli(*_submit_args(straight, strategy="accelerate", train=train)).returncode == 0
     assert run_cli(*_submit_args(run_dir, "--detach", strategy="accelerate", train=train)).returncode == 0
     _kill_rank_once_checkpointed(run_dir, rank=0, step=30)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real SLURM cluster of two node pairs on one machine, for the test suite and for trying launch by hand.
+# A real SLURM cluster of three node pairs on one machine, for the test suite and for trying launch by hand.
 #
 #   tests/slurm/cluster.sh install          Debian's slurm-wlm, munge, nftables, openssh, environment-modules,
 #                                           podman and runc
@@ -21,24 +21,26 @@
 # slurmctld, as on a site's login node (the tests of submitting from a laptop through it). Each
 # node's /srv is its own folder (STATE/srv-NODE, a private bind mount), so a run folder there is that host's.
 #
-# Each node (n1 to n5) is a network namespace with its own address on a private bridge, its own hostname (UTS
+# Each node (n1 to n7) is a network namespace with its own address on a private bridge, its own hostname (UTS
 # namespace) and its own /etc/hosts (a private bind mount), so a job really spans two hosts. The nodes come in
-# two pairs with partitions of their own: `debug` (the default) and `high` on n1 and n2, `debug2` and `high2`
-# on n3 and n4, so two SLURM tests can run side by side, neither seeing the other's jobs, preemptions or
-# failed nodes. n5 is in one partition only, `trio2` with n3 and n4: a job there can leave a bad node out. Clients on this
+# three pairs with partitions of their own: `debug` (the default) and `high` on n1 and n2, `debug2` and `high2`
+# on n3 and n4, `debug3` and `high3` on n6 and n7 (the login host's tests), so three SLURM tests can run side by
+# side, none seeing another's jobs, preemptions or failed nodes. n5 is in one partition only, `trio2` with n3 and
+# n4: a job there can leave a bad node out. Clients on this
 # host talk to the cluster with SLURM_CONF=STATE/slurm.conf. STATE defaults to /tmp/launch-slurm.
 set -euo pipefail
 
 STATE=${2:-/tmp/launch-slurm}
-PREFIX=launchsl                # namespaces launchsl-n1 ... launchsl-n5; bridge launchsl-br
+PREFIX=launchsl                # namespaces launchsl-n1 ... launchsl-n7; bridge launchsl-br
 SUBNET=10.231.77               # the test hosts' own addresses, inside namespaces made here
 CTL_ADDR=$SUBNET.1
-NODES=(n1 n2 n3 n4 n5)
+NODES=(n1 n2 n3 n4 n5 n6 n7)
 LOGIN=login                    # the login host: a namespace of its own with an sshd and SLURM's client commands
 LOGIN_ADDR=$SUBNET.20
 PAIR1=n1,n2                    # partitions debug and high
 PAIR2=n3,n4                    # partitions debug2 and high2
 TRIO2=n3,n4,n5                 # partition trio2: the second pair and a third node (the health gate's tests)
+PAIR3=n6,n7                    # partitions debug3 and high3 (the tests through the login host)
 CPUS_PER_NODE=2
 PORT_CTLD=16817                # not SLURM's default ports: never confused with a real cluster's daemons
 PORT_SLURMD=16818
@@ -152,6 +154,8 @@ PartitionName=high Nodes=$PAIR1 MaxTime=INFINITE State=UP PriorityTier=10 Preemp
 PartitionName=debug2 Nodes=$PAIR2 MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60
 PartitionName=high2 Nodes=$PAIR2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 PartitionName=trio2 Nodes=$TRIO2 MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=debug3 Nodes=$PAIR3 MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60
+PartitionName=high3 Nodes=$PAIR3 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
 }
 
