@@ -80,9 +80,12 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
               "  # One task per node; bash -c runs in each task, so $SLURM_NODEID is that node's rank. In the",
               "  # background, so that a signal's trap runs at once (a trap waits for a command in the foreground).",
               f"  {shlex.join(srun)} bash -c {shlex.quote('exec ' + shell.join(node.argv))} &",
-              "  launch_step=$!",
-              '  while kill -0 "$launch_step" 2>/dev/null; do wait "$launch_step"; done  # a trap ends a wait early',
-              '  wait "$launch_step"; launch_status=$?',
+              "  launch_step=$! launch_waited=255",
+              '  while kill -0 "$launch_step" 2>/dev/null; do wait "$launch_step"; launch_waited=$?; done  # a trap '
+              'ends a wait early',
+              "  # the step's status; bash 5.2 says -1 (exit 255) now and then where the step ended in a wait that a",
+              "  # trap ended (a cancel's SIGTERM): that wait's status is the step's then",
+              '  wait "$launch_step"; launch_status=$?; [ "$launch_status" -ge 0 ] || launch_status=$launch_waited',
               "fi", *health_recheck_step(profile, python, run_dir), *site_shell.after_block(profile),
               *recheck_verdict(profile)]
     lines += job_end(profile, python, run_dir)
