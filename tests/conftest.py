@@ -81,8 +81,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needed = _needs(item)
         if folder == "cluster" and not {"slurm", "sshd"} & set(needed):
             raise pytest.UsageError(f"{item.nodeid}: a cluster test needs the cluster: take its fixture "
-                                    "(slurm_cluster, first_pair, second_pair, third_pair, ssh_hosts, login_host) or "
-                                    "mark it "
+                                    f"({', '.join(testcluster.FIXTURE_LANES)}) or mark it "
                                     "@pytest.mark.needs(\"slurm\")")
         if needed:
             item.add_marker(pytest.mark.needs(*needed))

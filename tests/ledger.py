@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.testcluster import FIRST_PAIR_LANES
+from tests.testcluster import FIRST_PAIR_LANES, FIXTURE_LANES
 
 LEDGER_VARIABLE = "LAUNCH_TEST_LEDGER"  # the run's ledger folder (a user may set it; its workers inherit it)
 OWNER_LOCK = "owner.lock"  # in a ledger's folder: held by the run writing there
@@ -51,8 +51,6 @@ LANE_DAEMONS = {
 }
 SLURM_LANES = frozenset(lane for lane in LANE_DAEMONS if lane.startswith("slurm"))  # the node pairs'
 SHARED_DAEMONS = {"slurmctld": "controller", "munged": "controller"}  # every SLURM test's: counted once, apart
-LANE_FIXTURES = {"slurm_cluster": "slurm", "first_pair": "slurm", "second_pair": "slurm2", "third_pair": "slurm3",
-                 "login_host": "slurm3", "ssh_hosts": "hosts"}  # conftest.py's: the lane each fixture takes its turn on
 TICKS = 100  # acct(2)'s AHZ
 TORCH_SIZE_KB = 900_000  # a Python process that loaded torch maps well over this (a bare interpreter: ~30 MB)
 
@@ -268,7 +266,7 @@ class Meter:
 def lanes_of(fixturenames: Iterable[str], whole_pair: bool) -> tuple[str, ...]:
     """The lanes a test holds while it runs, as conftest.py's fixtures take them (``_lanes``: a ``whole_pair``
     test every lane on n1 and n2)."""
-    lanes = tuple(dict.fromkeys(LANE_FIXTURES[name] for name in fixturenames if name in LANE_FIXTURES))
+    lanes = tuple(dict.fromkeys(FIXTURE_LANES[name] for name in fixturenames if name in FIXTURE_LANES))
     return FIRST_PAIR_LANES if whole_pair and lanes else lanes
 
 

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
+from tests.testcluster import FIXTURE_LANES, PAIRS
+
 # A cluster test's group, by the fixture it takes (the first that matches): one group per lane.
-LANE_GROUPS = {"ssh_hosts": "lane: ssh hosts n1 n2", "slurm_cluster": "lane: slurm n1 n2",
-               "first_pair": "lane: slurm n1 n2", "second_pair": "lane: slurm n3 n4", "third_pair": "lane: slurm n6 n7",
-               "login_host": "lane: slurm n6 n7"}
-LANES_FIRST = (LANE_GROUPS["slurm_cluster"], LANE_GROUPS["second_pair"], LANE_GROUPS["login_host"])
+LANE_GROUPS = {fixture: f"lane: {lane}" for fixture, lane in FIXTURE_LANES.items()}
+LANES_FIRST = tuple(f"lane: {lane}" for lane in PAIRS)  # the SLURM lanes, one node pair each
 GROUPS_KEY = "launch_test_groups"  # workerinput: the folder where each worker writes its groups
 
 

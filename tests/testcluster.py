@@ -269,6 +269,10 @@ LANES = ("slurm", "slurm2", "slurm3", "hosts")  # the node pairs' jobs; n1 and n
 LOGIN = "login"  # the login host's namespace (tests/slurm/cluster.sh): an sshd and SLURM's clients, no slurmd
 LOGIN_ADDRESS = f"{SUBNET}.20"
 FIRST_PAIR_LANES = ("slurm", "hosts")  # every lane on n1 and n2: a test that changes their network holds both
+# The lane each cluster fixture of conftest.py takes its turn on (a test that takes several: the first here is its
+# scheduling group; it holds them all)
+FIXTURE_LANES = {"ssh_hosts": "hosts", "slurm_cluster": "slurm", "first_pair": "slurm", "second_pair": "slurm2",
+                 "third_pair": "slurm3", "login_host": "slurm3"}
 
 
 class Turn:

@@ -15,10 +15,10 @@ from tests.helpers import NARROW, run_cli, wait_for
 
 @pytest.mark.parametrize("launcher", ["sbatch", "submitit"])
 def test_slurm_waits_for_a_run_of_its_own_cluster_and_launch_ends_one_whose_dependency_fails(  # type: ignore[no-untyped-def]
-        slurm_cluster, tmp_path: Path, launcher: str) -> None:
+        slurm_cluster, write_profile, tmp_path: Path, launcher: str) -> None:
     env = slurm_cluster
-    (tmp_path / "two-by-one.yaml").write_text("extends: slurm-local-2x2\nprocs_per_node: 1\n")  # one rank a node
-    common = ("--profile", str(tmp_path / "two-by-one.yaml"), "--launcher", launcher)
+    one_a_node = write_profile("extends: slurm-local-2x2\nprocs_per_node: 1\n", "two-by-one.yaml")
+    common = ("--profile", str(one_a_node), "--launcher", launcher)
     first = run_cli("submit", *common, "--run-dir", str(tmp_path / "a"), "--detach", "--", *NARROW, "--max-steps", "20",
                     "--log-every", "5", env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr

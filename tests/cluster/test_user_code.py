@@ -49,11 +49,10 @@ def test_a_user_script_spans_two_nodes_with_its_arguments_verbatim(slurm_cluster
 
 
 @pytest.mark.parametrize("launcher", ["submitit", "sbatch"])
-def test_a_user_script_with_its_own_trainer_spans_two_nodes(slurm_cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_user_script_with_its_own_trainer_spans_two_nodes(slurm_cluster, write_profile, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                             launcher: str) -> None:
     """One process per node: the Trainer's import is the most a rank pays, and two nodes show the span."""
-    profile = tmp_path / "two-by-one.yaml"
-    profile.write_text("extends: slurm-local-2x2\nprocs_per_node: 1\n")
+    profile = write_profile("extends: slurm-local-2x2\nprocs_per_node: 1\n")
     done = run_cli("submit", "--profile", str(profile), "--launcher", launcher, "--script",
                    str(USER_CODE / "own_trainer.py"), "--run-dir", str(tmp_path / "run"), "--", str(tmp_path),
                    env=slurm_cluster)
