@@ -135,7 +135,7 @@ def environment_rounds(rounds: int, scratch_wheels: Path) -> dict[str, list[tupl
     figures: dict[str, list[tuple[float, int, int]]] = {}
     wheels = wheels_for(scratch_wheels)
     for round_ in range(rounds):
-        with tempfile.TemporaryDirectory(prefix="login-bench-env-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="login-bench-env-", ignore_cleanup_errors=True) as scratch:
             root = Path(scratch)
             project, cluster = root / "laptop", root / "cluster"
             project.mkdir()
@@ -181,7 +181,7 @@ def main() -> None:
     figures: dict[str, list[tuple[float, int, int]]] = {}
     follow_ups: list[dict[str, int]] = []
     for round_ in range(options.rounds):
-        with tempfile.TemporaryDirectory(prefix="login-bench-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="login-bench-", ignore_cleanup_errors=True) as scratch:
             root = Path(scratch)
             project, cluster = root / "laptop", root / "cluster"
             project.mkdir()

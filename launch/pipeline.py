@@ -83,10 +83,11 @@ class Chosen:
     snapshot: Snapshot | None
 
 
-def choose(request: Request, example_args: Sequence[tuple[str, tuple[str, ...]]]) -> Chosen:
+def choose(request: Request, example_args: Sequence[tuple[str, tuple[str, ...]]], *,
+           submitting: bool = False) -> Chosen:
     """Every refusal about the code, before anything is made: the bundled example's parser on each of
-    ``example_args`` (a label for the error, the arguments), or the user's script or module found; then the
-    snapshot taken."""
+    ``example_args`` (a label for the error, the arguments), or the user's script or module found; then (when
+    ``submitting``, the backend's connection opened meanwhile) the snapshot taken."""
     profile = backends.load_profile(request.profile)
     if request.hang_timeout_s is not None:
         if request.hang_timeout_s < 0:
@@ -97,6 +98,8 @@ def choose(request: Request, example_args: Sequence[tuple[str, tuple[str, ...]]]
         Target(script=request.script, module=request.module)
     _check_run_dir(request.run_dir)
     backend = backends.for_profile(profile, request.launcher)
+    if submitting:
+        backend.open_ahead(profile, str(Path.cwd()))
     if code is None:
         for label, given in example_args:
             try:
@@ -132,7 +135,7 @@ def _planned(request: Request, *, for_submit: bool) -> tuple[LaunchPlan, Backend
     """``plan``'s plan, and the backend chosen for it (once: the plan is built by it, and handed to it)."""
     if for_submit and request.resume and request.run_dir is None:
         raise LaunchError("--resume: needs --run-dir, the folder of the run to continue")
-    chosen = choose(request, [("", request.args)])
+    chosen = choose(request, [("", request.args)], submitting=for_submit)
     profile, strategy = chosen.profile, chosen.strategy
     code = None if chosen.code is None else replace(chosen.code, args=request.args)
     user_config = user_accelerate_config(request, profile)
@@ -183,14 +186,15 @@ def check_secrets(profile: Profile, backend: Backend) -> None:
                           "export it before submitting; launch passes secrets only through the environment")
 
 
-def prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> dict[str, object] | None:
-    """Everything checked before a job starts, then the run folder; the checkpoint a resubmission continues."""
+def prepare(plan: LaunchPlan, backend: Backend, *, resume: bool) -> tuple[LaunchPlan, dict[str, object] | None]:
+    """Everything checked before a job starts, then the run folder; the plan as checked (``Backend.preflight``)
+    and the checkpoint a resubmission continues."""
     check_secrets(plan.profile, backend)
     run_dir = Path(plan.run_dir)
     if (run_dir / layout.STATE).is_file() and backends.is_active(backends.status(run_dir)):
         raise SubmitError(f"--run-dir {run_dir}: its job is still running", f"python -m launch cancel {run_dir}")
-    backend.preflight(plan)
-    return run_folder.prepare_run_dir(plan, backends.render_text(plan), resume=resume)
+    checked = backend.preflight(plan)
+    return checked, run_folder.prepare_run_dir(plan, backends.render_text(plan), resume=resume)
 
 
 def submit(request: Request, *, check_first: bool = False) -> Submitted:
@@ -206,7 +210,7 @@ def submit(request: Request, *, check_first: bool = False) -> Submitted:
     on_hosts = backend.own_hosts or backend.job_run_dir(planned.profile, planned.run_dir, str(Path.cwd())) != \
         planned.run_dir
     with _removed_on_refusal(run_dir, created, LaunchError):
-        checkpoint = prepare(planned, backend, resume=request.resume and not on_hosts)
+        planned, checkpoint = prepare(planned, backend, resume=request.resume and not on_hosts)
     if on_hosts and (checkpoint is not None or request.resume):
         print(f"continuing the run in {run_dir}: its job continues from its last checkpoint where it runs, if any")
     elif checkpoint is not None:
@@ -250,7 +254,7 @@ def check(request: Request, *, run_dir: str | None) -> None:
                          expand_args=request.expand_args, accelerate_config=user_accelerate_config(request, profile))
     backend = chosen.backend
     with _removed_on_refusal(folder, run_dir is None, LaunchError):
-        prepare(planned, backend, resume=False)
+        planned = prepare(planned, backend, resume=False)[0]
     how = f", {backend.name}" if backends.chooses_launcher(profile) else ""
     print(f"checking {profile.name} ({profile.nodes} node(s) x {profile.procs_per_node} processes{how}); "
           f"run folder: {folder}", flush=True)

@@ -131,8 +131,7 @@ def wait_then_submit(plan: LaunchPlan[Any]) -> int:
     _record(run_dir, status=backends.WAITING, submitting=True, **me)  # a cancel now: the job, once recorded
     try:
         backend = backends.get(plan.job.backend)
-        backend.preflight(plan)
-        status = backend.execute(plan, detach=True)
+        status = backend.execute(backend.preflight(plan), detach=True)
     except LaunchError as refused:
         print(f"launch: error: {refused}", flush=True)
         _record(run_dir, status="failed", exit_code=1, detail=f"not submitted after its wait: {refused}", **me)

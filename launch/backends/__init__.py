@@ -130,8 +130,13 @@ class Backend(Protocol[JobT]):
     def render(self, plan: LaunchPlan[JobT]) -> list[str]:
         """The job's part of ``render``: what is run where, and how it is handed over."""
 
-    def preflight(self, plan: LaunchPlan[JobT]) -> None:
-        """Fail (SubmitError) before anything is written or queued when this machine cannot run the plan."""
+    def open_ahead(self, profile: Profile, workdir: str) -> None:
+        """Start, in the background, what the submit will wait on (a login host's first answer) while the plan
+        of the project in ``workdir`` is made here; nothing that can fail."""
+
+    def preflight(self, plan: LaunchPlan[JobT]) -> LaunchPlan[JobT]:
+        """Fail (SubmitError) before anything is written or queued when this machine cannot run the plan; the
+        plan, with what the check learned that its submit uses (a login host's look)."""
 
     def execute(self, plan: LaunchPlan[JobT], *, detach: bool) -> int:
         """Run the plan (the run folder is ready); its exit status, or WorkerFailure naming the first failure."""

@@ -17,6 +17,8 @@ from pathlib import Path
 from launch.core.layout import read_json, write_json_atomic
 
 FILE = "avoided-nodes.json"
+# The list's path on a cluster, as its shell expands it for the user its jobs run as (``file_for``)
+SHELL_PATH = '"${XDG_STATE_HOME:-$HOME/.local/state}/launch/' + FILE + '"'
 
 
 

@@ -63,6 +63,9 @@ class LaunchPlan(Generic[JobT_co]):
     env: tuple[tuple[str, str], ...]  # added to every process's inherited environment
     job: JobT_co
     snapshot: Snapshot | None = None  # the project copied into the run folder at submit; ``code`` runs the copy
+    # the snapshot goes from the project straight into the job's run folder on the cluster (through its login
+    # host), with no copy in the run folder here
+    snapshot_shipped: bool = False
     runtime: str | None = None  # launch's runtime zip the image's processes import (written at submit), if any
     after: tuple[After, ...] = ()  # the runs it waits for (submit --after): SLURM's dependency, or launch's waiter
 

@@ -24,8 +24,10 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
            f"world:     {plan.world_size} processes = {profile.nodes} node(s) x {profile.procs_per_node}, "
            f"device {profile.device}, backend {profile.dist_backend}",
            f"run dir:   {plan.run_dir}",
-           *([f"snapshot:  {plan.snapshot.describe()}, copied to {plan.run_dir}/code at submit; the job runs "
-              "that copy"] if plan.snapshot else []),
+           *([f"snapshot:  {plan.snapshot.describe()}, " + (
+               "shipped from the project into the cluster's run folder at submit (no copy here); the job runs that "
+               "copy" if plan.snapshot_shipped else f"copied to {plan.run_dir}/code at submit; the job runs that copy")]
+             if plan.snapshot else []),
            f"backend:   {plan.job.backend}"]
     if profile.notify is not None:
         out.append(f"notify:    {notify.mask(profile.notify.webhook)} on {', '.join(profile.notify.on)} (the URL "

@@ -3,8 +3,10 @@
 The project is the git work tree that holds the script (tracked files and untracked ones git does not ignore,
 uncommitted changes included), or the script's folder when it is not in git; for ``--module``, the same for
 the submitting folder, when the module lives there. ``take`` reads it (nothing is written) and gives its
-digest, which goes into the plan; ``copy_into`` copies it into the run folder when the job is submitted and
-fails if a file changed in between.
+digest, which goes into the plan, and each file's size and modification time; ``copy_into`` copies it into the
+run folder when the job is submitted (through a login host, it is shipped there straight from the project), and
+``changed`` says whether a file changed since ``take`` read it: the copy is then not the one the digest names.
+Each file is read and hashed once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launch.errors import LaunchError, SubmitError
@@ -32,6 +34,8 @@ class Snapshot:
     files: tuple[str, ...]  # relative to root, sorted
     size: int  # bytes
     digest: str  # SHA-256 over every file's path and content
+    # each file's (size, modification time in ns) as ``take`` read it, in ``files``' order
+    stamps: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 
     def describe(self) -> str:
         return (f"{self.root} ({self.kind}, {len(self.files)} files, {_size(self.size)}), "
@@ -92,8 +96,8 @@ def take(script: str | None, module: str | None, workdir: str, *, excluded: tupl
         raise LaunchError(f"{what} {script or module}: its project {root} ({kind}) holds {_size(size)}, over the "
                           f"{_size(limit)} launch copies for the job (largest: {biggest[1]}, {_size(biggest[0])})",
                           NO_SNAPSHOT_HINT)
-    return Snapshot(root=str(root), kind=kind, files=tuple(files), size=size,
-                    digest=_digest(root, files))
+    digest, stamps = _digest(root, files)
+    return Snapshot(root=str(root), kind=kind, files=tuple(files), size=size, digest=digest, stamps=stamps)
 
 
 def _holds_entry(root: Path, names: list[str], script: str | None, module: str | None, workdir: str) -> bool:
@@ -124,17 +128,38 @@ def _folder_files(root: Path) -> list[str]:
     return found
 
 
-def _digest(root: Path, files: list[str] | tuple[str, ...]) -> str:
-    total = hashlib.sha256()
+def _digest(root: Path, files: list[str]) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """The digest of ``files`` and each one's stamp, taken before it is read (a write during the read changes it)."""
+    total, stamps = hashlib.sha256(), []
     for name in files:
+        stamps.append(_stamp(root / name))
         total.update(name.encode(errors="surrogateescape") + b"\0")
         total.update(hashlib.sha256((root / name).read_bytes()).digest())
-    return total.hexdigest()
+    return total.hexdigest(), tuple(stamps)
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    found = path.stat()
+    return found.st_size, found.st_mtime_ns
+
+
+def changed(snapshot: Snapshot) -> str | None:
+    """The first of the project's files whose size or modification time is not what ``take`` saw (or that is
+    gone); None when none is: what was copied or shipped since is what the digest names. (A file system that
+    keeps whole seconds only would miss a same-size write within the second ``take`` read it.)"""
+    root = Path(snapshot.root)
+    for name, stamp in zip(snapshot.files, snapshot.stamps, strict=True):
+        try:
+            if _stamp(root / name) != stamp:
+                return name
+        except OSError:
+            return name
+    return None
 
 
 def copy_into(snapshot: Snapshot, run_dir: str | Path) -> None:
     """Copy the project into ``run_dir/code`` (kept if it is already there: a resubmission of the same plan),
-    and fail if what was copied is not what the plan's digest says (a file changed since ``take``)."""
+    and fail if a file changed since ``take`` (the copy is then not what the plan's digest says)."""
     folder = Path(run_dir) / FOLDER
     if folder.is_dir():
         return
@@ -148,9 +173,11 @@ def copy_into(snapshot: Snapshot, run_dir: str | Path) -> None:
     except OSError as error:
         shutil.rmtree(partial, ignore_errors=True)
         raise SubmitError(f"{root}: cannot copy the code into {folder} ({error})") from None
-    if _digest(partial, snapshot.files) != snapshot.digest:
+    moved = changed(snapshot) if snapshot.stamps else \
+        (None if _digest(partial, list(snapshot.files))[0] == snapshot.digest else "a file")  # a record without them
+    if moved is not None:
         shutil.rmtree(partial, ignore_errors=True)
-        raise SubmitError(f"{root}: files changed while launch copied them", "submit again")
+        raise SubmitError(f"{root}: {moved} changed while launch copied the project", "submit again")
     partial.rename(folder)
 
 

@@ -75,7 +75,7 @@ def prepare_run_dir(plan: LaunchPlan, plan_text: str, *, resume: bool = False) -
                 path.chmod(0o755)
     except OSError as error:
         raise SubmitError(f"--run-dir {run_dir}: cannot write there ({error.strerror})") from None
-    if plan.snapshot is not None:
+    if plan.snapshot is not None and not plan.snapshot_shipped:
         snapshot.copy_into(plan.snapshot, run_dir)
     if plan.runtime is not None:  # an image without launch imports it from here
         runtime_zip.write(run_dir)

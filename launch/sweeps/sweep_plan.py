@@ -97,14 +97,14 @@ def rebuild(given: dict[str, Any], profile: Profile) -> SweepPlan:
 
 def snapshot_record(taken: Snapshot) -> dict[str, Any]:
     return {"root": taken.root, "kind": taken.kind, "files": list(taken.files), "size": taken.size,
-            "digest": taken.digest}
+            "digest": taken.digest, "stamps": [list(stamp) for stamp in taken.stamps]}
 
 
 def snapshot_from(record: dict[str, Any] | None) -> Snapshot | None:
     if record is None:
         return None
     return Snapshot(root=record["root"], kind=record["kind"], files=tuple(record["files"]), size=record["size"],
-                    digest=record["digest"])
+                    digest=record["digest"], stamps=tuple((size, mtime) for size, mtime in record.get("stamps", ())))
 
 
 def is_sweep(folder: Path) -> bool:

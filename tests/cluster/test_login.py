@@ -94,6 +94,8 @@ def test_a_script_runs_from_the_laptop_and_a_second_submit_ships_only_the_change
     run_dir = project / "runs" / "first"
     remote = _state(run_dir)["remote"]
     assert remote["run_dir"].startswith(str(login_host.cluster_dir))
+    assert not (run_dir / "code").exists(), "the code went from the project straight there, with no copy here"
+    assert (Path(remote["run_dir"]) / "code" / "weights.bin").stat().st_size == 3_000_000
     logs = "".join((run_dir / "logs" / f"rank-{rank}.log").read_text() for rank in range(2))
     assert all(f"rank {rank} of 2 says hello" in logs for rank in range(2)), "the ranks' logs came back"
     status = _laptop(login_host, "status", "runs/first", cwd=project, rsync=copier == "rsync")

@@ -3,6 +3,7 @@ that run on the login host, run here by the real bash and coreutils."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.backends.slurm import shipping
+from launch.backends.slurm import login_look, shipping
 from launch.backends.slurm.login import Login, failure
 from launch.backends.slurm.shipping import Remote
 from launch.core.profile import LoginSection
@@ -51,7 +52,8 @@ def test_render_shows_every_command_on_the_login_host_and_a_job_planned_for_the_
         assert "-o BatchMode=yes" in line and "-o ControlMaster=auto" in line and "ControlPersist=60" in line
         assert "-J bastion.example.org" in line and "/home/alice/.ssh/id_cluster" in line and "-p 2222" in line
     assert commands[1].split()[1] == "rsync" and "--link-dest=LAST" in commands[1]
-    assert f"{tmp_path}/runs/one/ alice@login.example.org:{there}" in commands[1]
+    assert f"VIEW/ alice@login.example.org:{there}" in commands[1] and "--files-from=-" in commands[1]
+    assert f"links to the files of {tmp_path}/runs/one and, as code/, to the project {tmp_path}" in text
     assert "sbatch --parsable" in commands[2] and "job.sbatch" in commands[2]
     assert not (tmp_path / "runs").exists(), "render makes nothing"
 
@@ -110,16 +112,18 @@ def test_the_submitit_launcher_through_a_login_host_is_submitted_there_from_the_
     assert Submission.from_json(submission.to_json()) == submission
 
 
-def test_the_code_digest_here_is_the_one_the_login_hosts_shell_computes(tmp_path: Path) -> None:
-    """The check on arrival compares ``find | sort | sha256sum`` there with the listing digest computed here."""
+def test_the_code_listing_here_is_the_one_the_login_hosts_shell_prints(tmp_path: Path) -> None:
+    """Without rsync, the files that differ from the last run's code are told by comparing its listing there
+    (``find | sort | sha256sum``) with the listing here."""
     code = tmp_path / "code"
     for name in ("train.py", "a b/c d.py", "ünï/çødé.txt", "Z.py", "a/B.py", ".hidden"):
         (code / name).parent.mkdir(parents=True, exist_ok=True)
         (code / name).write_text(f"content of {name}\n")
     (code / "link.py").symlink_to(code / "train.py")  # not a regular file: neither side lists it
-    shell = subprocess.run(["bash", "-c", "find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | "
-                            "sha256sum"], cwd=code, capture_output=True, text=True, check=True, timeout=60)
-    assert shell.stdout.split()[0] == shipping.listing_digest(shipping.listing(code))
+    shell = subprocess.run(["bash", "-c", shipping.remote_listing(str(code))], capture_output=True, text=True,
+                           check=True, timeout=60)
+    there = {path: digest for digest, _, path in (line.partition("  ") for line in shell.stdout.splitlines())}
+    assert there == shipping.listing(code) and len(there) == 6
 
 
 def test_a_job_found_by_name_after_a_lost_answer_is_named_by_its_own_or_its_arrays_id() -> None:
@@ -141,10 +145,29 @@ def test_the_first_look_says_so_when_the_login_host_has_no_sbatch(tmp_path: Path
     remote = Remote(login=Login(section=LoginSection(host="login", workdir=str(tmp_path / "w"))),
                     run_dir=str(tmp_path / "w" / "runs" / "one"), workdir=str(tmp_path / "w"), python="python3",
                     job_name="one")
-    done = subprocess.run(["/bin/bash", "-c", shipping.look_command(remote, check_python=False)], capture_output=True,
+    done = subprocess.run(["/bin/bash", "-c", login_look.look_command(remote, check_python=False)], capture_output=True,
                           text=True, env={**os.environ, "PATH": str(tools)}, timeout=60)
     assert "launch-look:no-sbatch" in done.stdout and done.returncode != 0
     assert (tmp_path / "w" / ".launch").is_dir() and not (tmp_path / "w" / "runs" / "one").exists()
+
+
+def test_the_first_look_reads_the_avoided_nodes_and_the_clusters_launch_in_one_command(tmp_path: Path) -> None:
+    """The look run by bash as the login user's shell: the list of avoided nodes there (written without a last
+    line break, as the jobs write it) comes back whole, and the cluster's launch version after it, on its own."""
+    from launch.core.wheel import launch_version
+
+    state = tmp_path / "state"
+    listed = json.dumps({"nodes": [{"cluster": "c", "node": "n7", "until": 9e9, "why": "bad", "run": "r"}]})
+    (state / "launch").mkdir(parents=True)
+    (state / "launch" / "avoided-nodes.json").write_text(listed)
+    remote = Remote(login=Login(section=LoginSection(host="login", workdir=str(tmp_path / "w"))),
+                    run_dir=str(tmp_path / "w" / "runs" / "one"), workdir=str(tmp_path / "w"), python=sys.executable,
+                    job_name="one")
+    done = subprocess.run(["/bin/bash", "-c", login_look.look_command(remote, check_python=True).replace(
+        "command -v sbatch", "true")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "XDG_STATE_HOME": str(state)})
+    lines = done.stdout.splitlines()
+    assert f"launch-look:avoided:{listed}" in lines and f"launch-look:launch={launch_version()}" in lines, lines
 
 
 def test_the_first_look_tells_the_submitit_launcher_whether_the_clusters_python_has_submitit(
@@ -166,7 +189,7 @@ def test_the_first_look_tells_the_submitit_launcher_whether_the_clusters_python_
         remote = Remote(login=Login(section=LoginSection(host="login", workdir=str(tmp_path / "w"))),
                         run_dir=str(tmp_path / "w" / "runs" / "one"), workdir=str(tmp_path / "w"), python="python3",
                         job_name="one", submitter=python)
-        done = subprocess.run(["/bin/bash", "-c", shipping.look_command(remote, check_python=True).replace(
+        done = subprocess.run(["/bin/bash", "-c", login_look.look_command(remote, check_python=True).replace(
             "command -v sbatch", "true")], capture_output=True, text=True, timeout=60)
         said[name] = [line for line in done.stdout.splitlines() if "=" in line and "last=" not in line]
     mine = launch_version()
@@ -287,7 +310,8 @@ def test_a_sweeps_render_shows_one_array_there_reading_each_points_script_there(
     text, array = _sweep_render(tmp_path)
     sweep_there = SWEEP_THERE
     assert f"sbatch --parsable --array=0-1%2 {sweep_there}" in array and "/array.sbatch" in array
-    assert array.count("the code arrived changed in") == 2, "both points' code is checked there before sbatch"
+    assert "is checked here to be as the snapshot hashed it" in text, "the points' code, before sbatch"
+    assert "ln -sfn ../runs/p001-" in array, "the last point's folder is recorded: the next submit links its files"
     elements = [line.strip() for line in text.splitlines() if line.strip().startswith(("0) exec", "1) exec"))]
     assert len(elements) == 2 and all("/scratch/alice/mnist/runs/p00" in line for line in elements), elements
     assert f"#SBATCH --output={sweep_there}" in text
@@ -297,6 +321,6 @@ def test_a_submitit_sweeps_render_shows_one_batch_submitted_there_by_the_cluster
     text, array = _sweep_render(tmp_path, "--launcher", "submitit")
     sweep_there = SWEEP_THERE
     assert f"python3 -m launch.backends.slurm.submission {sweep_there}" in array and "/submission.json" in array
-    assert array.count("the code arrived changed in") == 2, "both points' code is checked there first"
+    assert "is checked here to be as the snapshot hashed it" in text, "the points' code, before submitting"
     assert f"folder {sweep_there}" in text and "job_name='login-sweep-" in text, "the batch's folder is there"
     assert "writing submission.json and logs/ there: ssh" in text

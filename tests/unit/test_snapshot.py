@@ -54,3 +54,32 @@ def test_a_project_over_the_size_limit_is_refused_in_one_line_unless_opted_out(t
     live = run_cli("render", "--profile", "slurm-local-2x2", "--script", "train.py", "--no-snapshot", cwd=project)
     assert live.returncode == 0 and "snapshot:" not in live.stdout
     assert "code:      train.py" in live.stdout
+
+
+def test_a_file_written_after_the_snapshot_hashed_it_stops_the_copy_and_names_the_file(tmp_path: Path) -> None:
+    """Each file is read once: a write after ``take`` (the same size, as a one-character edit is) is told by the
+    file's size and modification time, the copy is refused naming it, and nothing half-copied stays; a sweep's
+    record keeps what ``take`` saw, so its later points are checked the same way."""
+    import pytest
+
+    from launch.core import snapshot
+    from launch.errors import SubmitError
+    from launch.sweeps.sweep_plan import snapshot_from, snapshot_record
+
+    project = tmp_path / "project"
+    (project / "lib").mkdir(parents=True)
+    (project / "train.py").write_text("print('a')\n")
+    (project / "lib" / "model.py").write_text("WIDTH = 8\n")
+    taken = snapshot.take("train.py", None, str(project))
+    assert taken is not None and taken.files == ("lib/model.py", "train.py")
+    assert snapshot_from(snapshot_record(taken)).stamps == taken.stamps  # type: ignore[union-attr]
+    snapshot.copy_into(taken, tmp_path / "first")
+    assert (tmp_path / "first" / "code" / "lib" / "model.py").read_text() == "WIDTH = 8\n"
+
+    written = project / "lib" / "model.py"
+    written.write_text("WIDTH = 9\n")
+    os.utime(written, ns=(taken.stamps[0][1] + 1, taken.stamps[0][1] + 1))  # a clock a nanosecond on
+    assert snapshot.changed(taken) == "lib/model.py"
+    with pytest.raises(SubmitError, match="lib/model.py changed while launch copied the project"):
+        snapshot.copy_into(taken, tmp_path / "second")
+    assert not (tmp_path / "second" / "code").exists() and not (tmp_path / "second" / "code.partial").exists()

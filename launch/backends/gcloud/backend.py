@@ -152,8 +152,12 @@ class GcloudBackend:
                 *([f"then, however it ended: {shlex.join(job.collect_argv)}"] if job.collect_argv else []),
                 *([f"then, once it succeeded: {shlex.join(job.after_argv)}"] if job.after_argv else [])]
 
-    def preflight(self, plan: LaunchPlan[GcloudJob]) -> None:
+    def open_ahead(self, profile: Profile, workdir: str) -> None:
+        pass
+
+    def preflight(self, plan: LaunchPlan[GcloudJob]) -> LaunchPlan[GcloudJob]:
         preflight()
+        return plan
 
     def execute(self, plan: LaunchPlan[GcloudJob], *, detach: bool) -> int:
         """The job on every host, to its end; then host 0's result.json copied into the run folder here. Stopped

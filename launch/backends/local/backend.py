@@ -296,8 +296,12 @@ class LocalBackend:
         job = plan.job
         return [*node_lines(job.node, f"node 0 ({job.where})", plan.profile.secrets), *file_lines(job.files)]
 
-    def preflight(self, plan: LaunchPlan[LocalJob]) -> None:
+    def open_ahead(self, profile: Profile, workdir: str) -> None:
+        pass
+
+    def preflight(self, plan: LaunchPlan[LocalJob]) -> LaunchPlan[LocalJob]:
         preflight(plan.profile)
+        return plan
 
     def execute(self, plan: LaunchPlan[LocalJob], *, detach: bool) -> int:
         run_dir = Path(plan.run_dir)

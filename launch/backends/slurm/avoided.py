@@ -19,8 +19,7 @@ from launch.core.plan import REMOTE_PYTHON
 from launch.core.profile import Profile
 from launch.errors import LaunchError, SubmitError
 
-# The list as the cluster's jobs write it: their user's $XDG_STATE_HOME, else ~/.local/state (``file_for``)
-THERE = '"${XDG_STATE_HOME:-$HOME/.local/state}/launch/' + avoided_nodes.FILE + '"'
+THERE = avoided_nodes.SHELL_PATH  # the list as the cluster's jobs write it
 
 
 def here_file() -> Path:
@@ -41,9 +40,12 @@ def kept_for(profile: Profile | None) -> tuple[Cluster, str]:
 
 def listed(cluster: Cluster = HERE, name: str | None = None, timeout_s: float = 120) -> list[AvoidedNode]:
     """The entries not yet expired, of the cluster named ``name`` where named, from the list where ``cluster``'s
-    jobs write it (over the login host's connection where it is behind one, within ``timeout_s``)."""
+    jobs write it (over the login host's connection where it is behind one, within ``timeout_s``, unless the
+    submit's look read it already)."""
     if cluster.remote is None:
         return avoided_nodes.current(here_file(), name)
+    if cluster.remote.seen is not None:  # read by the look before the submit
+        return avoided_nodes.current_in(cluster.remote.seen.avoided, name)
     done = login_host.run(cluster.remote.login, f"cat {THERE} 2>/dev/null || true",
                           doing="reading the nodes your jobs avoid there", timeout_s=timeout_s)
     return avoided_nodes.current_in(done.stdout, name)

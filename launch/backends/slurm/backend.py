@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -127,18 +127,35 @@ class SlurmBackend(Generic[JobT]):
             return remote_run_dir(login, run_dir)  # shipped into the cluster's workdir
         return run_dir  # the nodes share the submitting folder
 
-    def preflight(self, plan: LaunchPlan[JobT]) -> None:
+    def open_ahead(self, profile: Profile, workdir: str) -> None:
+        """Through a login host: the preflight's look started (opening the connection) while the plan is made."""
+        if profile.slurm is None or profile.slurm.login is None:
+            return
+        from launch.backends.slurm import job_spec, login_look
+        from launch.backends.slurm import login as login_host
+
+        try:
+            remote = job_spec.login_remote(profile, run_dir="ahead", workdir=workdir, submitit=self.name == "submitit")
+        except LaunchError:  # planning says it, in its place
+            return
+        checks = login_look.checked_python(remote, profile) is not None
+        login_host.start_ahead(remote.login, login_look.look_command(remote, check_python=checks))
+
+    def preflight(self, plan: LaunchPlan[JobT]) -> LaunchPlan[JobT]:
         """sbatch itself refuses what SLURM cannot run, before anything is queued; a pyxis container needs an
         srun that has pyxis's options, which sbatch does not check. Through a login host: sbatch is there, and
-        the cluster's Python has this machine's launch."""
+        the cluster's Python has this machine's launch; what the login host said goes with the plan to the
+        submit (its last run folder, the nodes to avoid), which asks it no more."""
         cluster = self.launcher.where(plan)
-        if cluster.remote is not None:
-            from launch.backends.slurm import shipping
-
-            shipping.check_cluster(cluster.remote, plan.profile)
         container = plan.profile.container
         if container is not None and container.runtime == "pyxis":
             _require_pyxis(plan.profile.source, cluster)
+        if cluster.remote is None:
+            return plan
+        from launch.backends.slurm import login_look
+
+        seen = login_look.check_cluster(cluster.remote, plan.profile)
+        return replace(plan, job=replace(plan.job, remote=replace(cluster.remote, seen=seen)))  # type: ignore[type-var]
 
     def execute(self, plan: LaunchPlan[JobT], *, detach: bool) -> int:
         """Submit (an sbatch refusal is one line naming its reason; the run folder made for it is removed by

@@ -92,26 +92,38 @@ def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[
         return build(inputs)
     profile = inputs.profile
     assert profile.slurm is not None  # noqa: S101 - it has a login
-    python = profile.node_python(REMOTE_PYTHON)  # the cluster's, not this machine's
-    environment = None
-    if profile.environment is not None:  # built there from the project's dependency file: the job runs its python
-        environment = python_env.spec_for(profile, Path(inputs.workdir), base_python=python, workdir=section.workdir)
-        python = environment.python
     there = remote_run_dir(section, inputs.run_dir)
     # unique to the run (its remote folder's digest), so that a submit whose answer was lost finds its job by name
     named = profile.slurm.job_name or f"{_job_name(inputs)}-{PurePosixPath(there).name.rsplit('-', 1)[-1]}"
-    setup_python = python if profile.container is None else REMOTE_PYTHON
+    remote = login_remote(profile, run_dir=inputs.run_dir, workdir=inputs.workdir, job_name=named)
+    setup_python = remote.python if profile.container is None else REMOTE_PYTHON
     planned = build(replace(inputs, profile=replace(profile, slurm=replace(profile.slurm, job_name=named)),
-                            run_dir=there, workdir=section.workdir, python=python, setup_python=setup_python))
+                            run_dir=there, workdir=section.workdir, python=remote.python, setup_python=setup_python))
     files = tuple(replace(file, path=str(PurePath(inputs.run_dir, PurePosixPath(file.path).relative_to(there))))
                   for file in planned.job.files)
     # the submitit launcher submits with the cluster's Python outside any image, as the set-up lines run: the
     # environment's, else the profile's python (python3 on the login host with a container, whose is the image's)
     submitter = setup_python if planned.job.backend == "submitit" else None
-    remote = Remote(login=Login(section=section), run_dir=there, workdir=section.workdir, python=python,
-                    job_name=named, environment=environment, submitter=submitter)
-    return replace(planned, run_dir=inputs.run_dir, profile=inputs.profile,
-                   job=replace(planned.job, files=files, remote=remote))  # type: ignore[type-var]
+    return replace(planned, run_dir=inputs.run_dir, profile=inputs.profile, snapshot_shipped=True,
+                   job=replace(planned.job, files=files, remote=replace(remote, submitter=submitter)))  # type: ignore[type-var]
+
+
+def login_remote(profile: Profile, *, run_dir: str, workdir: str, job_name: str = "",
+                 submitit: bool = False) -> Remote:
+    """The cluster's side of a run of ``profile`` through its login host, from the run folder ``run_dir`` here
+    and the project ``workdir``: its folders there, its Python (the environment's, built there from the
+    project's dependency file, else the profile's) and, for the ``submitit`` launcher, the Python that submits
+    there (outside any image)."""
+    assert profile.slurm is not None and profile.slurm.login is not None  # noqa: S101 - through a login host
+    section = profile.slurm.login
+    python = profile.node_python(REMOTE_PYTHON)  # the cluster's, not this machine's
+    environment = None
+    if profile.environment is not None:  # built there from the project's dependency file: the job runs its python
+        environment = python_env.spec_for(profile, Path(workdir), base_python=python, workdir=section.workdir)
+        python = environment.python
+    submitter = (python if profile.container is None else REMOTE_PYTHON) if submitit else None
+    return Remote(login=Login(section=section), run_dir=remote_run_dir(section, run_dir), workdir=section.workdir,
+                  python=python, job_name=job_name, environment=environment, submitter=submitter)
 
 
 def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -24,6 +25,8 @@ CONTROL_FOLDER = "~/.cache/launch/ssh"  # the connections' sockets, one per user
 CONTROL = (("ControlMaster", "auto"), ("ControlPath", f"{CONTROL_FOLDER}/%C"),
            ("ControlPersist", str(CONTROL_PERSIST_S)))
 SSH_FAILED = 255  # ssh's own exit status: the connection, not the remote command, failed
+AHEAD_WAIT_S = 60  # the most a command waits for another started ahead on its connection (to reuse it)
+AHEAD_FRESH_S = 30.0  # an answer of a command started ahead longer ago is not taken: the command runs again
 
 # ssh's words for why it could not connect -> the cause, and what to do (first match wins: a changed host key's
 # message also says that verification failed).
@@ -86,6 +89,60 @@ class Login:
         return Login(section=LoginSection(**record))
 
 
+@dataclass
+class _Ahead:
+    """A command started before launch needs its answer (the first on its connection, which it opens)."""
+
+    process: subprocess.Popen[bytes]
+    started: float  # time.monotonic()
+
+
+_ahead: dict[tuple[str, ...], _Ahead] = {}  # by the command's ssh argv; this process's own
+
+
+def start_ahead(login: Login, command: str) -> None:
+    """``command`` started on the login host in the background (opening the connection, whose handshake takes
+    the longest), while launch plans and hashes the project here. ``run`` of the same command takes its answer;
+    any other command waits for it first, so as to reuse its connection."""
+    argv = login.ssh(command)
+    if argv in _ahead and _ahead[argv].process.poll() is None:
+        return
+    Path(CONTROL_FOLDER).expanduser().mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:  # the connection's master, kept in the background, leaves these pipes: ssh gives it /dev/null
+        _ahead[argv] = _Ahead(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE), time.monotonic())
+    except OSError:  # no ssh here: the command, run again, says so
+        pass
+
+
+def _answer(login: Login, argv: tuple[str, ...], timeout_s: float, doing: str) -> tuple[int, bytes, bytes] | None:
+    """The answer of the command ``argv`` started ahead, recently; None where there is none (and every command
+    started ahead on this connection is done, so that the next one reuses its connection)."""
+    mine = _ahead.pop(argv, None)
+    fresh = mine is not None and time.monotonic() - mine.started < AHEAD_FRESH_S
+    for key in [key for key in _ahead if key[:-1] == argv[:-1]]:  # another command on this connection
+        _done(_ahead.pop(key).process, AHEAD_WAIT_S)
+    if mine is None or not fresh:
+        if mine is not None:
+            _done(mine.process, AHEAD_WAIT_S)
+        return None
+    answer = _done(mine.process, timeout_s)
+    if answer is None:
+        raise SubmitError(f"login host {login.host}: no answer within {timeout_s:.0f} s (while {doing})")
+    return answer
+
+
+def _done(process: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, bytes, bytes] | None:
+    """``process``'s exit status and output, once it ends; None (it killed) past ``timeout_s``."""
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return None
+    return process.returncode, out, err
+
+
 def remote_run_dir(section: LoginSection, run_dir: str) -> str:
     """The run folder on the cluster for the run folder ``run_dir`` here (``launch.backends.remote_shell``'s
     naming: the same folder resubmitted gets the same one back)."""
@@ -109,14 +166,18 @@ def run(login: Login, command: str, *, doing: str, timeout_s: float = 120,
     """``command`` run on the login host; the connection's failure raised as one line (``failure``), the
     command's own exit status returned."""
     Path(CONTROL_FOLDER).expanduser().mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        done = subprocess.run(login.ssh(command), input=stdin, capture_output=True, timeout=timeout_s)
-    except FileNotFoundError:
-        raise SubmitError("ssh: not found on this machine", "install OpenSSH's client") from None
-    except subprocess.TimeoutExpired:
-        raise SubmitError(f"login host {login.host}: no answer within {timeout_s:.0f} s (while {doing})") from None
-    text = subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(errors="replace"),
-                                       done.stderr.decode(errors="replace"))
+    argv = login.ssh(command)
+    answered = _answer(login, argv, timeout_s, doing) if stdin is None else None
+    if answered is None:
+        try:
+            done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout_s)
+        except FileNotFoundError:
+            raise SubmitError("ssh: not found on this machine", "install OpenSSH's client") from None
+        except subprocess.TimeoutExpired:
+            raise SubmitError(f"login host {login.host}: no answer within {timeout_s:.0f} s (while {doing})") from None
+        answered = done.returncode, done.stdout, done.stderr
+    status, out, err = answered
+    text = subprocess.CompletedProcess(argv, status, out.decode(errors="replace"), err.decode(errors="replace"))
     if text.returncode == SSH_FAILED:
         raise failure(login, text.stderr, doing)
     return text

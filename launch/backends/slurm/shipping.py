@@ -1,10 +1,12 @@
-"""A run submitted through the login host: its folder here (the plan's files, the code's snapshot) shipped into
-its folder on the cluster, only what changed since the last submit, checked on arrival, then sbatch run there;
-and the cluster's run folder brought back here while the job runs.
+"""A run submitted through the login host: its folder here (the plan's files) and the code's snapshot (straight
+from the project, no copy here) shipped into its folder on the cluster, only what changed since the last submit,
+then sbatch run there; and the cluster's run folder brought back here while the job runs.
 
-Three commands on the login host, over one connection: ``LOOK`` (is sbatch there, and rsync; the launch of the
-cluster's Python; which run folder was shipped last), the copy (rsync with ``--link-dest`` the last run folder,
-else a tar of the files that differ from it), and ``submit_command`` (the code's digest checked, sbatch).
+Three commands on the login host, over one connection: the look (``launch.backends.slurm.login_look``), the copy
+(rsync with ``--link-dest`` the last run folder, else a tar of the files that differ from it), and
+``submit_command`` (the last run recorded, sbatch). The code is read and hashed once, by the snapshot; rsync
+checks each file it sends, and the snapshot's files are checked here to be unchanged since they were hashed
+before anything is submitted.
 """
 
 from __future__ import annotations
@@ -16,33 +18,31 @@ import re
 import shlex
 import subprocess
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from launch.backends.slurm import login as login_host
 from launch.backends.slurm.login import Login
 from launch.backends.slurm.submission import NO_SUBMITIT, NOT_SUBMITTED
 from launch.core import python_env
-from launch.core.machine import DISTRIBUTION
-from launch.core.profile import Profile
 from launch.core.sbatch_answer import sbatch_job_id
 from launch.core.snapshot import FOLDER as CODE
-from launch.core.wheel import launch_version
+from launch.core.snapshot import Snapshot
 from launch.errors import LaunchError, SubmitError
+
+if TYPE_CHECKING:
+    from launch.backends.slurm.login_look import Look
 
 LAST_RUN = ".launch/last-run"  # under the workdir there: the run folder shipped last (a link)
 NOT_FETCHED = ("/code", "/checkpoints", "/state.json", f"/{python_env.INPUTS}")  # what stays on the cluster (state.json is this side's)
-_MARK = "launch-look:"
 
 
 class Undecided(LaunchError):
     """The connection was lost after sbatch may have run, and SLURM could not be asked since: nothing is removed
     (not a ``SubmitError``, whose run folder is removed as never started)."""
-
-
-_SUBMIT_FAILED = 86  # the submit command's own exit statuses (not ssh's 255, not sbatch's 1)
-_CHANGED = 87
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +56,7 @@ class Remote:
     job_name: str  # unique to the run: a submit whose answer was lost finds its job by it
     environment: python_env.EnvSpec | None = None  # built there before sbatch (the profile's environment:)
     submitter: str | None = None  # the submitit launcher: the Python that submits there (has launch and submitit)
+    seen: Look | None = None  # what the login host said at the submit's preflight (``check_cluster``), passed down
 
     def link_target(self, run_dir: str | None = None) -> str:
         """``LAST_RUN``'s target once ``run_dir`` (this run's folder) is shipped: relative to the link where the
@@ -66,112 +67,54 @@ class Remote:
         return f"../{inside}" if inside is not None else run_dir
 
 
-@dataclass(frozen=True, kw_only=True)
-class Look:
-    """What the login host said before anything was shipped."""
-
-    has_rsync: bool
-    has_uv: bool  # the environment's uv (environment.uv) is there
-    launch_version: str | None  # of the cluster's Python; None when it has no launch
-    has_submitit: bool = False  # the submitter (Remote.submitter) imports submitit
-    last_run: str | None  # the run folder shipped last (absolute), if any
+def rsync_argv(remote: Remote, source: str, last_run: str | None) -> tuple[str, ...]:
+    """The files named on stdin (NUL-separated, relative to ``source``) copied into the run folder there, links
+    followed; a file the last run folder has with the same content is linked, not sent. By content
+    (``--checksum``): two plan files of one size written in the same second differ all the same."""
+    return ("rsync", "-a", "--copy-links", "--checksum", "--stats", "--from0", "--files-from=-",
+            *((f"--link-dest={last_run}",) if last_run else ()), "-e", remote.login.rsync_shell(), f"{source}/",
+            remote.login.remote(f"{remote.run_dir}/"))
 
 
-def look_command(remote: Remote, *, check_python: bool) -> str:
-    """The first command: the folders made; whether sbatch and rsync are there; the launch of the cluster's
-    Python (of the submitter's, with whether it has submitit, for the submitit launcher)."""
-    program = f'import importlib.metadata as m; print("launch=" + m.version("{DISTRIBUTION}"))'
-    if remote.submitter is not None:
-        program += '; import importlib.util as u; print("submitit=" + str(u.find_spec("submitit") is not None))'
-    version = shlex.join([remote.submitter or remote.python, "-c", program])
-    steps = [shlex.join(["mkdir", "-p", str(PurePosixPath(remote.run_dir).parent),
-                         str(PurePosixPath(remote.workdir, ".launch"))]),
-             f"{{ command -v sbatch >/dev/null || {{ echo {_MARK}no-sbatch; exit {_SUBMIT_FAILED}; }}; }}",
-             f"{{ command -v rsync >/dev/null && echo {_MARK}rsync; true; }}",
-             *([f"{{ command -v {shlex.quote(remote.environment.section.uv)} >/dev/null && echo {_MARK}uv; true; }}"]
-               if remote.environment is not None else []),
-             f"{{ readlink -e {shlex.quote(str(PurePosixPath(remote.workdir, LAST_RUN)))} | sed 's/^/{_MARK}last=/'; "
-             "true; }"]
-    if check_python:
-        steps.append(f"{{ {version} 2>/dev/null | sed 's/^/{_MARK}/'; true; }}")
-    return " && ".join(steps)
+def ship(remote: Remote, run_dir: Path, seen: Look, code: Snapshot | None) -> int:
+    """The run folder here, and the snapshot ``code`` straight from its project as the folder's code/, copied
+    into the run folder there (one rsync, from a temporary view of links to both); the bytes sent."""
+    if not (seen.has_rsync and here("rsync")):
+        return _tar_changed(remote, run_dir, seen.last_run, code)
+    names = [path.removeprefix("./") for path in _entries(run_dir) if code is None or not _in_code(path)]
+    with tempfile.TemporaryDirectory(prefix="launch-ship-") as folder:
+        view = Path(folder)
+        for entry in run_dir.iterdir():
+            if code is None or entry.name != CODE:
+                (view / entry.name).symlink_to(entry)
+        if code is not None:
+            (view / CODE).symlink_to(code.root)
+            names += [f"{CODE}/{name}" for name in code.files]
+        listed = b"".join(name.encode(errors="surrogateescape") + b"\0" for name in names)
+        return _rsync(remote, rsync_argv(remote, folder, seen.last_run), listed)
 
 
-def look(remote: Remote, *, check_python: bool) -> Look:
-    done = login_host.run(remote.login, look_command(remote, check_python=check_python), doing="looking at it")
-    said = [line.removeprefix(_MARK) for line in done.stdout.splitlines() if line.startswith(_MARK)]
-    if "no-sbatch" in said:
-        raise SubmitError(f"login host {remote.login.host}: sbatch is not on its PATH",
-                          "name the host where SLURM's commands are in slurm.login.host, or put them on the PATH "
-                          "of its login shell")
+def _entries(folder: Path) -> list[str]:
+    """Every folder and file under ``folder`` (``./path``), the empty folders too (logs/ for the job)."""
+    found = []
+    for parent, folders, names in os.walk(folder):
+        found += ["./" + Path(parent, name).relative_to(folder).as_posix() for name in [*folders, *names]]
+    return found
+
+
+def _in_code(path: str) -> bool:
+    return path == f"./{CODE}" or path.startswith(f"./{CODE}/")
+
+
+def _rsync(remote: Remote, argv: tuple[str, ...], stdin: bytes | None = None) -> int:
+    done = subprocess.run(argv, input=stdin, capture_output=True, timeout=3600)
+    stdout, stderr = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
     if done.returncode != 0:
-        raise SubmitError(f"login host {remote.login.host}: cannot make the run folder's parent there: "
-                          f"{_last_line(done.stderr)}")
-    values = dict(line.split("=", 1) for line in said if "=" in line)
-    return Look(has_rsync="rsync" in said, has_uv="uv" in said, launch_version=values.get("launch"),
-                last_run=values.get("last"), has_submitit=values.get("submitit") == "True")
-
-
-def checked_python(remote: Remote, profile: Profile) -> str | None:
-    """The cluster's Python whose launch the first look asks about: the submitit launcher's submitter, else
-    the nodes' (not in a container, whose image has its own); None where launch builds the environment."""
-    if remote.environment is not None:
-        return None
-    return remote.submitter or (remote.python if profile.container is None else None)
-
-
-def check_cluster(remote: Remote, profile: Profile) -> Look:
-    """Before anything is made: the login host answers, has sbatch, and the cluster's Python has this machine's
-    launch: the nodes' (without a container, whose image has its own), and the submitit launcher's submitter.
-    An environment built there (``environment:``) has them by construction: only its uv is looked for."""
-    built = remote.environment
-    python = checked_python(remote, profile)
-    seen = look(remote, check_python=python is not None)
-    if built is not None and not seen.has_uv:
-        raise SubmitError(f"login host {remote.login.host}: {python_env.no_uv_text(built.section)}",
-                          python_env.NO_UV_FIX)
-    if python is None:
-        return seen
-    mine = launch_version()
-    if seen.launch_version is None:
-        other = "use --launcher sbatch (the image's python runs the job)" if profile.container is not None else \
-            "name a Python that has it in the profile's python"
-        raise SubmitError(f"login host {remote.login.host}: {python} there cannot import launch",
-                          f"install it there (pip install {DISTRIBUTION}=={mine}), or {other}")
-    if seen.launch_version != mine:
-        raise SubmitError(f"login host {remote.login.host}: {python} there has launch "
-                          f"{seen.launch_version}, this machine has {mine}",
-                          f"install the same there (pip install {DISTRIBUTION}=={mine})")
-    if remote.submitter is not None and not seen.has_submitit:
-        raise SubmitError(f"login host {remote.login.host}: {python} there cannot import submitit (the submitit "
-                          "launcher submits with it there)",
-                          "install it there (pip install submitit), or use --launcher sbatch")
-    return seen
-
-
-def rsync_argv(remote: Remote, run_dir: str, last_run: str | None) -> tuple[str, ...]:
-    """The run folder here copied there; a file the last run folder has unchanged is linked, not sent. Unchanged
-    by content (``--checksum``): two plan files of one size written in the same second differ all the same."""
-    return ("rsync", "-a", "--checksum", "--stats", *((f"--link-dest={last_run}",) if last_run else ()), "-e",
-            remote.login.rsync_shell(), f"{run_dir}/", remote.login.remote(f"{remote.run_dir}/"))
-
-
-def ship(remote: Remote, run_dir: Path, seen: Look) -> int:
-    """The run folder here copied into its folder there; the bytes sent."""
-    if seen.has_rsync and here("rsync"):
-        return _rsync(remote, run_dir, seen.last_run)
-    return _tar_changed(remote, run_dir, seen.last_run)
-
-
-def _rsync(remote: Remote, run_dir: Path, last_run: str | None) -> int:
-    argv = rsync_argv(remote, str(run_dir), last_run)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        if "No space left on device" in done.stderr or done.returncode == login_host.SSH_FAILED:
-            raise login_host.failure(remote.login, done.stderr, "shipping the run folder")
+        if "No space left on device" in stderr or done.returncode == login_host.SSH_FAILED:
+            raise login_host.failure(remote.login, stderr, "shipping the run folder")
         raise SubmitError(f"login host {remote.login.host}: rsync failed while shipping the run folder: "
-                          f"{_last_line(done.stderr)}")
-    sent = [line for line in done.stdout.splitlines() if line.startswith("Total bytes sent:")]
+                          f"{last_line(stderr)}")
+    sent = [line for line in stdout.splitlines() if line.startswith("Total bytes sent:")]
     return int(sent[0].split(":")[1].strip().replace(",", "")) if sent else 0
 
 
@@ -186,35 +129,34 @@ def listing(folder: Path) -> dict[str, str]:
     return found
 
 
-def listing_digest(found: dict[str, str]) -> str:
-    """The SHA-256 of the listing ``find . -type f | sort | sha256sum`` prints for the same files."""
-    text = "".join(f"{found[path]}  {path}\n" for path in sorted(found, key=lambda path: path.encode()))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _remote_listing(folder: str) -> str:
+def remote_listing(folder: str) -> str:
     return (f"cd {shlex.quote(folder)} && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum")
 
 
-def _tar_changed(remote: Remote, run_dir: Path, last_run: str | None) -> int:
+def _tar_changed(remote: Remote, run_dir: Path, last_run: str | None, code: Snapshot | None) -> int:
     """Without rsync on both sides: the last run's code linked into this one's, then a tar of the files that
-    differ from it, and the files it has that this one has not removed."""
+    differ from it (the snapshot's from its project), and the files it has that this one has not removed."""
     before: dict[str, str] = {}
     if last_run:
-        done = login_host.run(remote.login, _remote_listing(f"{last_run}/{CODE}"), doing="listing the last code")
+        done = login_host.run(remote.login, remote_listing(f"{last_run}/{CODE}"), doing="listing the last code")
         before = {f"./{CODE}/{path.removeprefix('./')}": digest for digest, _, path in
                   (line.partition("  ") for line in done.stdout.splitlines()) if path}
     here = listing(run_dir)
+    sources = {path: run_dir / path for path in here}
+    if code is not None:
+        for name in code.files:
+            path, source = f"./{CODE}/{name}", Path(code.root, name)
+            here[path], sources[path] = hashlib.sha256(source.read_bytes()).hexdigest(), source
     changed = sorted(path for path, digest in here.items() if before.get(path) != digest)
     gone = sorted(path for path in before if path not in here)
     packed = io.BytesIO()
-    with tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT, dereference=True) as tar:
         for parent, folders, _ in os.walk(run_dir):  # every folder, the empty ones too (logs/ for the job)
             for name in folders:
                 tar.add(Path(parent, name), arcname="./" + Path(parent, name).relative_to(run_dir).as_posix(),
                         recursive=False)
         for path in changed:
-            tar.add(run_dir / path, arcname=path, recursive=False)
+            tar.add(sources[path], arcname=path, recursive=False)
     steps = [shlex.join(["mkdir", "-p", remote.run_dir]), shlex.join(["cd", remote.run_dir])]
     if last_run:
         steps.append(f"{{ test -d {CODE} || cp -al {shlex.quote(f'{last_run}/{CODE}')} {CODE} 2>/dev/null; true; }}")
@@ -227,33 +169,27 @@ def _tar_changed(remote: Remote, run_dir: Path, last_run: str | None) -> int:
         if "No space left on device" in done.stderr:
             raise login_host.failure(remote.login, done.stderr, "shipping the run folder")
         raise SubmitError(f"login host {remote.login.host}: tar failed while shipping the run folder: "
-                          f"{_last_line(done.stderr)}")
+                          f"{last_line(done.stderr)}")
     return len(packed.getvalue())
 
 
-def submit_command(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None,
-                   secret_names: tuple[str, ...] = (), shipped: tuple[str, ...] = ()) -> str:
-    """On the login host: the code's digest checked in each run folder ``shipped`` (default: the remote's), the
-    last of them recorded as the last shipped, then sbatch, with the secrets ``secret_names`` read from stdin,
-    one line each, into its environment (never a command line)."""
+def submit_command(remote: Remote, submit_argv: tuple[str, ...], secret_names: tuple[str, ...] = (),
+                   shipped: tuple[str, ...] = ()) -> str:
+    """On the login host: the last of the run folders ``shipped`` (default: the remote's) recorded as the last
+    shipped, then sbatch, with the secrets ``secret_names`` read from stdin, one line each, into its environment
+    (never a command line)."""
     shipped = shipped or (remote.run_dir,)
-    steps = [shlex.join(["cd", remote.run_dir])]
-    if code_digest is not None:
-        for run_dir in shipped:
-            steps.append(f'{{ test "$(cd {shlex.quote(f"{run_dir}/{CODE}")} && find . -type f -print0 | LC_ALL=C '
-                         f'sort -z | xargs -0 -r sha256sum | sha256sum)" = {shlex.quote(code_digest + "  -")} || '
-                         f'{{ echo "launch: the code arrived changed in {run_dir}" >&2; exit {_CHANGED}; }}; }}')
     link = str(PurePosixPath(remote.workdir, LAST_RUN))
-    steps += [f"ln -sfn {shlex.quote(remote.link_target(shipped[-1]))} {shlex.quote(link)}.$$ && "
-              f"mv -T {shlex.quote(link)}.$$ {shlex.quote(link)}",
-              shlex.join(["cd", remote.workdir]),
-              *(f"IFS= read -r {name}" for name in secret_names),
-              *([f"export {' '.join(secret_names)}"] if secret_names else []), shlex.join(submit_argv)]
+    steps = [f"ln -sfn {shlex.quote(remote.link_target(shipped[-1]))} {shlex.quote(link)}.$$ && "
+             f"mv -T {shlex.quote(link)}.$$ {shlex.quote(link)}",
+             shlex.join(["cd", remote.workdir]),
+             *(f"IFS= read -r {name}" for name in secret_names),
+             *([f"export {' '.join(secret_names)}"] if secret_names else []), shlex.join(submit_argv)]
     return " && ".join(steps)
 
 
-def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None,
-           secrets: dict[str, str] | None = None, shipped: tuple[str, ...] = ()) -> str:
+def submit(remote: Remote, submit_argv: tuple[str, ...], secrets: dict[str, str] | None = None,
+           shipped: tuple[str, ...] = ()) -> str:
     """sbatch run there (``secrets`` sent over the connection's stdin); its job id. A connection lost before the
     id came back: the job is looked up by its name (unique to the run), so that a submit that did reach SLURM is
     never made twice."""
@@ -262,7 +198,7 @@ def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None
     if broken:
         raise SubmitError(f"secret {broken[0]}: its value has a line break; launch sends each secret as one line")
     started = time.time()
-    command = submit_command(remote, submit_argv, code_digest, tuple(secrets), shipped)
+    command = submit_command(remote, submit_argv, tuple(secrets), shipped)
     try:
         done = login_host.run(remote.login, command, doing="submitting",
                               stdin="".join(f"{value}\n" for value in secrets.values()).encode())
@@ -272,12 +208,9 @@ def submit(remote: Remote, submit_argv: tuple[str, ...], code_digest: str | None
             raise
         return found
     if done.returncode in (NO_SUBMITIT, NOT_SUBMITTED):  # the submitit launcher's submitter there (its one line)
-        raise SubmitError(f"login host {remote.login.host}: {_last_line(done.stderr).removeprefix('launch: ')}",
+        raise SubmitError(f"login host {remote.login.host}: {last_line(done.stderr).removeprefix('launch: ')}",
                           "install submitit in the cluster's Python (environment: add it to the dependency file), or "
                           "use --launcher sbatch" if done.returncode == NO_SUBMITIT else "")
-    if done.returncode == _CHANGED:
-        raise SubmitError(f"login host {remote.login.host}: {_last_line(done.stderr).removeprefix('launch: ')} "
-                          f"(the digest of its {CODE}/ differs from the snapshot's)", "submit again")
     return sbatch_job_id(done, f" on {remote.login.host}")
 
 
@@ -375,6 +308,6 @@ def here(program: str) -> bool:
     return which(program) is not None
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no message"

@@ -1,6 +1,7 @@
-"""A SLURM run submitted through the cluster's login host, by either launcher: each run folder shipped, the
-environment built, the code's digest checked there, then the launcher's submit command run there (sbatch, or
-the cluster's Python handing submitit the submission); and those commands as ``render`` shows them."""
+"""A SLURM run submitted through the cluster's login host, by either launcher: each run folder shipped with its
+code (straight from the project, checked here to be as its snapshot hashed it), the environment built, then the
+launcher's submit command run there (sbatch, or the cluster's Python handing submitit the submission); and
+those commands as ``render`` shows them."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from launch.backends.slurm import cluster_env, shipping
+from launch.backends.slurm import cluster_env, login_look, shipping
 from launch.backends.slurm.backend import secrets
 from launch.backends.slurm.job_spec import job_name
 from launch.backends.slurm.login import remote_run_dir
 from launch.backends.slurm.shipping import Remote
-from launch.core import python_env
+from launch.core import python_env, snapshot
 from launch.core.plan import BackendJob, LaunchPlan
-from launch.core.snapshot import FOLDER as CODE
 from launch.errors import SubmitError
 
 
@@ -31,28 +31,31 @@ class RemoteJob(BackendJob, Protocol):
 
 def ship_and_submit(submitted: Remote, plans: Sequence[LaunchPlan[RemoteJob]], argv: tuple[str, ...],
                     files: dict[str, str] | None = None) -> str:
-    """Each plan's run folder shipped (linking the last one's unchanged files), ``files`` written into
-    ``submitted``'s folder (a sweep's), the environment built, then ``argv`` run there once every code's digest
-    is checked; its job id. On a failure before SLURM has the job, nothing shipped stays there."""
+    """Each plan's run folder shipped with its code (from the project; linking the last one's unchanged files),
+    ``files`` written into ``submitted``'s folder (a sweep's), the environment built, then ``argv`` run there
+    once the project is seen unchanged since its snapshot was hashed; its job id. On a failure before SLURM has
+    the job, nothing shipped stays there."""
     remotes = [_remote(plan) for plan in plans]
-    seen = shipping.look(submitted, check_python=False)  # checked in preflight; now: rsync, and the last run
+    # the look of the submit's preflight, passed down; a sweep's array looks now (its first point was checked)
+    seen = submitted.seen or login_look.look(submitted, check_python=False)
     first = plans[0]
-    digest = shipping.listing_digest(shipping.listing(Path(first.run_dir, CODE))) \
-        if first.snapshot is not None else None
     environment = remotes[0].environment
     sent, last = 0, seen.last_run
     try:
         for plan, remote in zip(plans, remotes, strict=True):
             if environment is not None:
                 python_env.stage(environment, Path(plan.run_dir))
-            sent += shipping.ship(remote, Path(plan.run_dir), replace(seen, last_run=last))
+            sent += shipping.ship(remote, Path(plan.run_dir), replace(seen, last_run=last), plan.snapshot)
             last = remote.run_dir
+        if first.snapshot is not None and (moved := snapshot.changed(first.snapshot)) is not None:
+            raise SubmitError(f"{first.snapshot.root}: {moved} changed while launch shipped the project",
+                              "submit again")
         if files is not None:
             shipping.put_files(submitted, submitted.run_dir, files, folders=("logs",))
         if environment is not None:
             sent += cluster_env.ship_wheels(remotes[0], environment, rsync=seen.has_rsync and shipping.here("rsync"))
             cluster_env.build(remotes[0], environment)
-        job_id = shipping.submit(submitted, argv, digest, secrets_to_send(first),
+        job_id = shipping.submit(submitted, argv, secrets_to_send(first),
                                  shipped=tuple(remote.run_dir for remote in remotes))
     except SubmitError:
         for remote in [*remotes, submitted] if submitted not in remotes else remotes:
@@ -89,25 +92,32 @@ def array_remote(plans: Sequence[LaunchPlan[RemoteJob]], folder: str) -> Remote 
 
 
 def render_lines(plan: LaunchPlan[RemoteJob], submit_argv: tuple[str, ...]) -> list[str]:
-    """The commands that ship the plan's run folder, build its environment, submit ``submit_argv`` there and
-    bring the run folder back while it runs."""
+    """The commands that ship the plan's run folder and its code, build its environment, submit ``submit_argv``
+    there and bring the run folder back while it runs."""
     remote = _remote(plan)
-    digest = "SHA256" if plan.snapshot is not None else None
     secret_names = tuple(dict.fromkeys([*plan.profile.secrets, *secrets(plan.env, plan.profile.secrets)]))
-    submitted = shipping.submit_command(remote, submit_argv, digest, secret_names)
-    look = shipping.look_command(remote, check_python=shipping.checked_python(remote, plan.profile) is not None)
+    submitted = shipping.submit_command(remote, submit_argv, secret_names)
+    look = login_look.look_command(remote, check_python=login_look.checked_python(remote, plan.profile) is not None)
     return [f"submitted through the login host {remote.login.host} (one ssh connection, reused), into "
             f"{remote.run_dir} there:",
             f"  1. {shlex.join(remote.login.ssh(look))}",
-            f"  2. {shlex.join(shipping.rsync_argv(remote, plan.run_dir, 'LAST'))}",
+            f"  2. {shlex.join(shipping.rsync_argv(remote, 'VIEW', 'LAST'))}",
+            *_shipped_lines(plan),
             "     (LAST: the run folder shipped last, whose unchanged files are linked, not sent; without rsync on "
             "both sides, a tar of the files that differ from it)",
             *_environment_lines(remote),
             f"  3. {shlex.join(remote.login.ssh(submitted))}",
             *([f"     (the secrets {', '.join(secret_names)} go over the connection's stdin, one line each)"]
               if secret_names else []),
-            *(["     (SHA256: the digest of the code's file listing, computed here at submit)"] if digest else []),
             f"  then, while it runs: {shlex.join(shipping.fetch_argv(remote, plan.run_dir))}"]
+
+
+def _shipped_lines(plan: LaunchPlan[RemoteJob]) -> list[str]:
+    if plan.snapshot is None:
+        return [f"     (VIEW: links to the files of {plan.run_dir}, each named on stdin)"]
+    return [f"     (VIEW: links to the files of {plan.run_dir} and, as code/, to the project {plan.snapshot.root}: the "
+            f"run folder's files and the snapshot's {len(plan.snapshot.files)}, each named on stdin; before sbatch, "
+            "each of the snapshot's is checked here to be as the snapshot hashed it: size and modification time)"]
 
 
 def _environment_lines(remote: Remote) -> list[str]:
@@ -128,8 +138,7 @@ def array_lines(remote: Remote, plans: Sequence[LaunchPlan[RemoteJob]], argv: tu
                 written: tuple[str, ...]) -> list[str]:
     """A sweep's commands there: its files ``written`` into the sweep's folder, ``argv`` run there."""
     shipped = tuple(_remote(plan).run_dir for plan in plans)
-    submitted = shipping.submit_command(remote, argv, "SHA256" if plans[0].snapshot is not None else None,
-                                        shipped=shipped)
+    submitted = shipping.submit_command(remote, argv, shipped=shipped)
     return [f"  through the login host {remote.login.host}, into {remote.run_dir} there (the points' run "
             "folders shipped beside it, as a run's: below, point 0's commands):",
             f"  writing {' and '.join(written)} there: "

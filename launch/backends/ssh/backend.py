@@ -219,8 +219,12 @@ class SshBackend:
                 *(f"then, once it succeeded: {shlex.join(argv)}" for argv in job.after_argv)]
         return out
 
-    def preflight(self, plan: LaunchPlan[SshJob]) -> None:
+    def open_ahead(self, profile: Profile, workdir: str) -> None:
+        pass
+
+    def preflight(self, plan: LaunchPlan[SshJob]) -> LaunchPlan[SshJob]:
         preflight(plan)
+        return plan
 
     def execute(self, plan: LaunchPlan[SshJob], *, detach: bool) -> int:
         job, run_dir = plan.job, Path(plan.run_dir)
