@@ -146,8 +146,14 @@ def _stamp(path: Path) -> tuple[int, int]:
 def changed(snapshot: Snapshot) -> str | None:
     """The first of the project's files whose size or modification time is not what ``take`` saw (or that is
     gone); None when none is: what was copied or shipped since is what the digest names. (A file system that
-    keeps whole seconds only would miss a same-size write within the second ``take`` read it.)"""
+    keeps whole seconds only would miss a same-size write within the second ``take`` read it.) A snapshot
+    without stamps (a sweep's, recorded before they were) is hashed again instead."""
     root = Path(snapshot.root)
+    if not snapshot.stamps:
+        try:
+            return None if _digest(root, list(snapshot.files))[0] == snapshot.digest else "a file"
+        except OSError:
+            return "a file"
     for name, stamp in zip(snapshot.files, snapshot.stamps, strict=True):
         try:
             if _stamp(root / name) != stamp:
@@ -173,8 +179,7 @@ def copy_into(snapshot: Snapshot, run_dir: str | Path) -> None:
     except OSError as error:
         shutil.rmtree(partial, ignore_errors=True)
         raise SubmitError(f"{root}: cannot copy the code into {folder} ({error})") from None
-    moved = changed(snapshot) if snapshot.stamps else \
-        (None if _digest(partial, list(snapshot.files))[0] == snapshot.digest else "a file")  # a record without them
+    moved = changed(snapshot)
     if moved is not None:
         shutil.rmtree(partial, ignore_errors=True)
         raise SubmitError(f"{root}: {moved} changed while launch copied the project", "submit again")

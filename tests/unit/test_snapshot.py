@@ -73,6 +73,8 @@ def test_a_file_written_after_the_snapshot_hashed_it_stops_the_copy_and_names_th
     taken = snapshot.take("train.py", None, str(project))
     assert taken is not None and taken.files == ("lib/model.py", "train.py")
     assert snapshot_from(snapshot_record(taken)).stamps == taken.stamps  # type: ignore[union-attr]
+    unstamped = {key: value for key, value in snapshot_record(taken).items() if key != "stamps"}
+    assert snapshot.changed(snapshot_from(unstamped)) is None  # type: ignore[arg-type]  # recorded before stamps
     snapshot.copy_into(taken, tmp_path / "first")
     assert (tmp_path / "first" / "code" / "lib" / "model.py").read_text() == "WIDTH = 8\n"
 
@@ -80,6 +82,7 @@ def test_a_file_written_after_the_snapshot_hashed_it_stops_the_copy_and_names_th
     written.write_text("WIDTH = 9\n")
     os.utime(written, ns=(taken.stamps[0][1] + 1, taken.stamps[0][1] + 1))  # a clock a nanosecond on
     assert snapshot.changed(taken) == "lib/model.py"
+    assert snapshot.changed(snapshot_from(unstamped)) == "a file"  # type: ignore[arg-type]  # told by its digest
     with pytest.raises(SubmitError, match="lib/model.py changed while launch copied the project"):
         snapshot.copy_into(taken, tmp_path / "second")
     assert not (tmp_path / "second" / "code").exists() and not (tmp_path / "second" / "code.partial").exists()

@@ -138,8 +138,7 @@ class SlurmBackend(Generic[JobT]):
             remote = job_spec.login_remote(profile, run_dir="ahead", workdir=workdir, submitit=self.name == "submitit")
         except LaunchError:  # planning says it, in its place
             return
-        checks = login_look.checked_python(remote, profile) is not None
-        login_host.start_ahead(remote.login, login_look.look_command(remote, check_python=checks))
+        login_host.start_ahead(remote.login, login_look.first_command(remote, profile))
 
     def preflight(self, plan: LaunchPlan[JobT]) -> LaunchPlan[JobT]:
         """sbatch itself refuses what SLURM cannot run, before anything is queued; a pyxis container needs an

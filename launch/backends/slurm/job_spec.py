@@ -80,10 +80,11 @@ def _node(inputs: PlanInputs, env: tuple[tuple[str, str], ...]) -> NodeCommand:
 def build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
     """A batch script whose task per node starts the node's launcher (torchrun, accelerate launch); through the
     profile's login host (``slurm.login``), planned for the cluster's folders and Python."""
-    return _through_login(inputs, _build_sbatch)
+    return _through_login(inputs, _build_sbatch, submitit=False)
 
 
-def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[_Job]]) -> LaunchPlan[_Job]:
+def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[_Job]], *,
+                   submitit: bool) -> LaunchPlan[_Job]:
     """``build``'s plan; through the profile's login host (``slurm.login``), planned for the cluster's folders,
     Python and unique job name, its files kept here (copies of those shipped there) and its job's ``remote``
     saying where it runs."""
@@ -95,17 +96,14 @@ def _through_login(inputs: PlanInputs, build: Callable[[PlanInputs], LaunchPlan[
     there = remote_run_dir(section, inputs.run_dir)
     # unique to the run (its remote folder's digest), so that a submit whose answer was lost finds its job by name
     named = profile.slurm.job_name or f"{_job_name(inputs)}-{PurePosixPath(there).name.rsplit('-', 1)[-1]}"
-    remote = login_remote(profile, run_dir=inputs.run_dir, workdir=inputs.workdir, job_name=named)
-    setup_python = remote.python if profile.container is None else REMOTE_PYTHON
+    remote = login_remote(profile, run_dir=inputs.run_dir, workdir=inputs.workdir, job_name=named, submitit=submitit)
+    setup_python = _setup_python(profile, remote.python)
     planned = build(replace(inputs, profile=replace(profile, slurm=replace(profile.slurm, job_name=named)),
                             run_dir=there, workdir=section.workdir, python=remote.python, setup_python=setup_python))
     files = tuple(replace(file, path=str(PurePath(inputs.run_dir, PurePosixPath(file.path).relative_to(there))))
                   for file in planned.job.files)
-    # the submitit launcher submits with the cluster's Python outside any image, as the set-up lines run: the
-    # environment's, else the profile's python (python3 on the login host with a container, whose is the image's)
-    submitter = setup_python if planned.job.backend == "submitit" else None
     return replace(planned, run_dir=inputs.run_dir, profile=inputs.profile, snapshot_shipped=True,
-                   job=replace(planned.job, files=files, remote=replace(remote, submitter=submitter)))  # type: ignore[type-var]
+                   job=replace(planned.job, files=files, remote=remote))  # type: ignore[type-var]
 
 
 def login_remote(profile: Profile, *, run_dir: str, workdir: str, job_name: str = "",
@@ -121,9 +119,16 @@ def login_remote(profile: Profile, *, run_dir: str, workdir: str, job_name: str 
     if profile.environment is not None:  # built there from the project's dependency file: the job runs its python
         environment = python_env.spec_for(profile, Path(workdir), base_python=python, workdir=section.workdir)
         python = environment.python
-    submitter = (python if profile.container is None else REMOTE_PYTHON) if submitit else None
+    # the submitit launcher submits with the cluster's Python outside any image, as the set-up lines run: the
+    # environment's, else the profile's python (python3 on the login host with a container, whose is the image's)
+    submitter = _setup_python(profile, python) if submitit else None
     return Remote(login=Login(section=section), run_dir=remote_run_dir(section, run_dir), workdir=section.workdir,
                   python=python, job_name=job_name, environment=environment, submitter=submitter)
+
+
+def _setup_python(profile: Profile, python: str) -> str:
+    """The cluster's Python outside any image (the set-up lines'): ``python``, else python3 with a container."""
+    return python if profile.container is None else REMOTE_PYTHON
 
 
 def _build_sbatch(inputs: PlanInputs) -> LaunchPlan[SbatchJob]:
@@ -155,7 +160,7 @@ def build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:
         raise LaunchError(f"{inputs.profile.source}: slurm.spare_nodes: the sbatch launcher's batch script chooses the "
                           "nodes that train and gives the spares back, which the submitit launcher does not run",
                           "use --launcher sbatch, or no spare_nodes")
-    return _through_login(inputs, _build_submitit)
+    return _through_login(inputs, _build_submitit, submitit=True)
 
 
 def _build_submitit(inputs: PlanInputs) -> LaunchPlan[SubmititJob]:

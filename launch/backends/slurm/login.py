@@ -167,7 +167,7 @@ def run(login: Login, command: str, *, doing: str, timeout_s: float = 120,
     command's own exit status returned."""
     Path(CONTROL_FOLDER).expanduser().mkdir(parents=True, exist_ok=True, mode=0o700)
     argv = login.ssh(command)
-    answered = _answer(login, argv, timeout_s, doing) if stdin is None else None
+    answered = _answer(login, argv, timeout_s, doing)
     if answered is None:
         try:
             done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout_s)

@@ -5,6 +5,7 @@ avoid; the launch of the cluster's Python. One round trip; what it finds goes wi
 from __future__ import annotations
 
 import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -70,8 +71,17 @@ def look_command(remote: Remote, *, check_python: bool) -> str:
     return " && ".join(steps)
 
 
+def first_command(remote: Remote, profile: Profile) -> str:
+    """The preflight's look for a run of ``profile``: the one ``render`` shows, the one started ahead."""
+    return look_command(remote, check_python=checked_python(remote, profile) is not None)
+
+
 def look(remote: Remote, *, check_python: bool) -> Look:
-    done = login_host.run(remote.login, look_command(remote, check_python=check_python), doing="looking at it")
+    return _said(remote, login_host.run(remote.login, look_command(remote, check_python=check_python),
+                                        doing="looking at it"))
+
+
+def _said(remote: Remote, done: subprocess.CompletedProcess[str]) -> Look:
     lines = done.stdout.splitlines()
     avoided = "\n".join(line.removeprefix(_AVOIDED) for line in lines if line.startswith(_AVOIDED))
     said = [line.removeprefix(_MARK) for line in lines if line.startswith(_MARK) and not line.startswith(_AVOIDED)]
@@ -101,7 +111,7 @@ def check_cluster(remote: Remote, profile: Profile) -> Look:
     An environment built there (``environment:``) has them by construction: only its uv is looked for."""
     built = remote.environment
     python = checked_python(remote, profile)
-    seen = look(remote, check_python=python is not None)
+    seen = _said(remote, login_host.run(remote.login, first_command(remote, profile), doing="looking at it"))
     if built is not None and not seen.has_uv:
         raise SubmitError(f"login host {remote.login.host}: {python_env.no_uv_text(built.section)}",
                           python_env.NO_UV_FIX)

@@ -106,7 +106,7 @@ def _in_code(path: str) -> bool:
     return path == f"./{CODE}" or path.startswith(f"./{CODE}/")
 
 
-def _rsync(remote: Remote, argv: tuple[str, ...], stdin: bytes | None = None) -> int:
+def _rsync(remote: Remote, argv: tuple[str, ...], stdin: bytes) -> int:
     done = subprocess.run(argv, input=stdin, capture_output=True, timeout=3600)
     stdout, stderr = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
     if done.returncode != 0:

@@ -97,7 +97,7 @@ def render_lines(plan: LaunchPlan[RemoteJob], submit_argv: tuple[str, ...]) -> l
     remote = _remote(plan)
     secret_names = tuple(dict.fromkeys([*plan.profile.secrets, *secrets(plan.env, plan.profile.secrets)]))
     submitted = shipping.submit_command(remote, submit_argv, secret_names)
-    look = login_look.look_command(remote, check_python=login_look.checked_python(remote, plan.profile) is not None)
+    look = login_look.first_command(remote, plan.profile)
     return [f"submitted through the login host {remote.login.host} (one ssh connection, reused), into "
             f"{remote.run_dir} there:",
             f"  1. {shlex.join(remote.login.ssh(look))}",
