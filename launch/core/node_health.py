@@ -9,7 +9,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +20,9 @@ HEALTH = "health.json"  # in the run folder: the last health gate's verdict
 UNREACHED = "cannot reach the head"  # how a node's step says it could not reach the head
 NO_ANSWER = "which did not answer"  # how a node's step says it reached the head, which never said who came
 COLLECTIVE_FAILED = "the all_reduce over the"  # how a node's step says the gate's all_reduce failed
+# exported to the training step where its ranks make the gate's all_reduce (launch.runtime.gate_all_reduce): the
+# gate's budget in seconds
+RANKS_ALL_REDUCE = "LAUNCH_GATE_ALL_REDUCE"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +164,15 @@ def _odd_versions(reports: dict[int, dict[str, Any]], problems: dict[int, list[s
 
 def save(run_dir: Path, verdict: Verdict) -> None:
     write_json_atomic(run_dir / HEALTH, asdict(verdict))
+
+
+def note_all_reduce(run_dir: Path, milliseconds: float) -> None:
+    """The all_reduce the ranks made for the gate, timed on the head, added to the gate's verdict (health.json)."""
+    verdict = load(run_dir)
+    if verdict is None or not verdict.nodes:
+        return
+    head = replace(verdict.nodes[0], facts={**verdict.nodes[0].facts, "all_reduce_ms": round(milliseconds, 3)})
+    save(run_dir, replace(verdict, nodes=(head, *verdict.nodes[1:])))
 
 
 def load(run_dir: Path) -> Verdict | None:

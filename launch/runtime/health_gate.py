@@ -9,7 +9,10 @@ nothing is written on the node itself, whose disk may be the trouble.
 2. Every node reaches the head at MASTER_ADDR:MASTER_PORT, the port the training's rendezvous uses (a plain
    TCP meeting the head serves; ``reach``).
 3. Where every node arrived, one small all_reduce over the nodes with the job's collectives, timed
-   (``all_reduce``); torch, imported in the background from the start, as the training will import it.
+   (``all_reduce``); torch, imported in the background from the start, as the training will import it. Under the
+   sbatch launcher, the gate as the job starts leaves it to the ranks (``launch.runtime.gate_all_reduce``: the
+   first rank of each node makes it before the code starts), and this step imports no torch; the gate run again
+   after the ranks failed makes it here.
 
 The budget bounds the waits: a node that has not reached the head by then is named, and so is an all_reduce
 that does not end by then.
@@ -283,32 +286,38 @@ class Collective:
                              wait_for_workers=False)
 
     def all_reduce_ms(self, backend: str) -> float:
-        """One small all_reduce over the nodes, timed (after one to warm up); checked to add up."""
-        from datetime import timedelta
-
-        import torch
-        import torch.distributed as dist
-
+        """The timed all_reduce over the nodes, on the head's store."""
         store = self.store if self.node == 0 else self._store(master=False)
         if store is None:
             raise RuntimeError(f"the head's store did not open ({self.failed})")
-        dist.init_process_group(backend, store=store, rank=self.node, world_size=self.nodes,
-                                timeout=timedelta(seconds=self.timeout_s))
-        try:
-            device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
-            tensor = torch.ones(ALL_REDUCE_ELEMENTS, device=device)
-            dist.all_reduce(tensor)
-            tensor.fill_(1.0)
-            begun = time.perf_counter()
-            dist.all_reduce(tensor)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            took = (time.perf_counter() - begun) * 1000
-            if float(tensor[0]) != self.nodes:
-                raise RuntimeError(f"the all_reduce added up to {float(tensor[0]):g}, not {self.nodes}")
-            return took
-        finally:
-            dist.destroy_process_group()
+        return timed_all_reduce(store, backend, rank=self.node, nodes=self.nodes, timeout_s=self.timeout_s)
+
+
+def timed_all_reduce(store: Any, backend: str, *, rank: int, nodes: int, timeout_s: float) -> float:  # noqa: ANN401
+    """One small all_reduce over ``nodes`` processes (one a node) on ``store``, timed in milliseconds after one
+    to warm up; checked to add up. The gate's step and, where the ranks make it, the first rank of each node
+    (``launch.runtime.gate_all_reduce``) call it."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, store=store, rank=rank, world_size=nodes, timeout=timedelta(seconds=timeout_s))
+    try:
+        device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+        tensor = torch.ones(ALL_REDUCE_ELEMENTS, device=device)
+        dist.all_reduce(tensor)
+        tensor.fill_(1.0)
+        begun = time.perf_counter()
+        dist.all_reduce(tensor)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        took = (time.perf_counter() - begun) * 1000
+        if float(tensor[0]) != nodes:
+            raise RuntimeError(f"the all_reduce added up to {float(tensor[0]):g}, not {nodes}")
+        return took
+    finally:
+        dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,11 @@
 """How long each start-up phase of this process took: marks in order, kept in memory, written to the rank
 record (``logs/rank-N.json``: ``process_started_at``, and ``phases``: [name, seconds] pairs in order). Standard library only, imported first.
 
-The phases launch marks itself: ``interpreter`` (the process started until ``launch`` was imported: Python's
-start, and under submitit its own imports), ``unpickling`` (submitit: until the task's call began), ``launch``
-(until the code's process was forked). The code marks the rest through ``launch.job.phase_done``; the
-examples mark ``imports``, ``process_group``, ``data``, ``model`` and ``first_step``.
+The phases launch marks itself: ``interpreter`` (the process started until ``launch`` was imported: Python's start,
+and under submitit its own imports), ``unpickling`` (submitit: until the task's call began), ``launch`` (until the
+code's process was forked), ``health_gate`` (the first rank of each node, where it makes the health gate's
+all_reduce before the code: ``launch.runtime.gate_all_reduce``). The code marks the rest through
+``launch.job.phase_done``; the examples mark ``imports``, ``process_group``, ``data``, ``model`` and ``first_step``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from launch.core.layout import HUNG_EXIT_STATUS, OOM_HINT, STACKS, rank_log_path
 from launch.core.lifetime import die_with_parent
 from launch.core.secrets import secret_values
 from launch.core.shell import expand
-from launch.runtime import hang_watch, oom, phases, stacks, stops, trackers
+from launch.runtime import gate_all_reduce, hang_watch, oom, phases, stacks, stops, trackers
 from launch.runtime import rank_log as ranklog
 from launch.runtime.checkpoint_writer import flush_checkpoints
 from launch.runtime.identity import info
@@ -220,21 +220,27 @@ def run_here(run: Callable[[], int | None], *, rank: int) -> int:
     if me.run_dir is None:
         return _exit_status(run)  # no run folder: nothing to checkpoint into
     ranklog.record_rank(me.run_dir, rank, "running")
-    if rank == 0:  # the job's start, told once (where the profile asks: notify.on)
+    unfit = gate_all_reduce.check(me)  # the health gate's all_reduce, where the ranks make it: before the start is told
+    if rank == 0 and not unfit:  # the job's start, told once (where the profile asks: notify.on)
         notify.send_started(me.run_dir, f"rank 0 on {socket.gethostname()}, {me.world_size} process(es)")
-    if armed():  # before the code: its stacks answer `launch stacks` and the hang watchdog
+    if armed() and not unfit:  # before the code: its stacks answer `launch stacks` and the hang watchdog
         stacks.arm(me.run_dir, rank)
     try:
-        return _recorded(run, me.run_dir, rank)
+        return _recorded(run, me.run_dir, rank, unfit=unfit)
     finally:
         trackers.close_all()  # their last points flushed
         notify.finish_sending()  # a start still being told, before the process ends
 
 
-def _recorded(run: Callable[[], int | None], run_dir: Path, rank: int) -> int:
-    """``run_here``'s ``run``, its output in the rank's log, its end recorded."""
+def _recorded(run: Callable[[], int | None], run_dir: Path, rank: int, *, unfit: str = "") -> int:
+    """``run_here``'s ``run``, its output in the rank's log, its end recorded; not run where the health gate's
+    all_reduce failed (``unfit``: what failed)."""
     with ranklog.rank_output(rank_log_path(run_dir, rank), echo=rank == 0,
                              secrets=secret_values(os.environ)):
+        if unfit:
+            print(f"launch: rank {rank} on {socket.gethostname()}: {unfit}; the code did not start", flush=True)
+            ranklog.record_rank(run_dir, rank, "failed", reason=unfit, exit_code=1)
+            return 1
         try:
             code = _exit_status(run)
             flush_checkpoints()  # a checkpoint still being written in the background is finished first

@@ -71,7 +71,7 @@ def render_script(profile: Profile, node: NodeCommand, *, job_name: str, run_dir
     lines.append(f"cd {shlex.quote(node.cwd)}")
     lines += [*(waits_step(profile, python, run_dir) if waits else []), *job_start(profile, python, run_dir)]
     lines += [*site_shell.setup_block(profile, run_dir), "set +e", "launch_status=0",
-              *(health_gate_step(profile, python, run_dir) if gate else []),
+              *(health_gate_step(profile, python, run_dir, ranks_all_reduce=True) if gate else []),
               *node_setup_step(profile, python, run_dir, then=["launch_status=$?"]), *time_limit_trap(profile, python,
                                                                                                      run_dir)]
     if profile.after:  # the batch shell outlives a SIGTERM, to run `after`
@@ -156,12 +156,16 @@ def time_limit_trap(profile: Profile, python: str, run_dir: str) -> list[str]:
             f"{slurm.requeue_signal}"]
 
 
-def health_gate_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = ()) -> list[str]:
+def health_gate_step(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...] = (), *,
+                     ranks_all_reduce: bool = False) -> list[str]:
     """The health gate (the profile's ``health:``): a short step per node before any rank starts, whose lines the
     batch shell judges (``slurm_batch gate``); where nodes are unfit, the run goes on in a job submitted again
     without them (by ``resubmit``, given --exclude; by default sbatch with the run's job.sbatch), and this one ends
-    here. Empty where the profile turns it off."""
-    gate = _gate_pipeline(profile, python, run_dir, resubmit)
+    here. Empty where the profile turns it off. ``ranks_all_reduce``: the ranks start under torchrun's agent (the
+    sbatch launcher), whose store serves the all_reduce: the step leaves it to them (``launch.runtime.gate_all_reduce``)
+    and imports no torch."""
+    handed = ranks_all_reduce and _all_reduce_checked(profile)
+    gate = _gate_pipeline(profile, python, run_dir, resubmit, all_reduce=not handed)
     if not gate:
         return []
     return ["# The health gate (health: in the profile): a short step per node before any rank starts. Where a node",
@@ -171,7 +175,14 @@ def health_gate_step(profile: Profile, python: str, run_dir: str, resubmit: tupl
             gate, 'launch_gate="${PIPESTATUS[1]}"',
             'if [ "$launch_gate" != 0 ]; then',
             *site_shell.after_block(profile),  # as written, not indented: a here-document's end stays whole
-            '  [ "$launch_gate" = 3 ] && exit 0; exit "$launch_gate"', "fi", *_spares_given_back(profile, run_dir)]
+            '  [ "$launch_gate" = 3 ] && exit 0; exit "$launch_gate"', "fi", *_spares_given_back(profile, run_dir),
+            *(["# the gate's all_reduce over the nodes: the first rank of each node makes it before the code starts",
+               f"export {node_health.RANKS_ALL_REDUCE}={profile.health.budget_s:g}"] if handed else [])]
+
+
+def _all_reduce_checked(profile: Profile) -> bool:
+    """Whether the gate checks the all_reduce (asked for, and not left to a container's python)."""
+    return "all_reduce" in profile.health.checks and profile.container is None
 
 
 def _spares_given_back(profile: Profile, run_dir: str) -> list[str]:
@@ -221,14 +232,17 @@ def recheck_verdict(profile: Profile) -> list[str]:
     return ['[ "$launch_recheck" = 3 ] && exit 0; [ "$launch_recheck" = 0 ] || exit "$launch_recheck"']
 
 
-def _gate_pipeline(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...], expanded: str = "") -> str:
+def _gate_pipeline(profile: Profile, python: str, run_dir: str, resubmit: tuple[str, ...], expanded: str = "", *,
+                   all_reduce: bool = True) -> str:
     """One step per node of the health gate, piped to its judge (``expanded``: more of the judge's options, as
     shell words the batch shell expands; ``resubmit``: the command that submits the run's job again, where not
-    sbatch); empty where the profile turns the gate off."""
+    sbatch; ``all_reduce``: the step makes the all_reduce where the profile checks it, else the ranks do); empty
+    where the profile turns the gate off."""
     health = profile.health
     if profile.slurm is None or not health.enabled:
         return ""
-    checks = [check for check in health.checks if profile.container is None or check not in CONTAINED_CHECKS]
+    checks = [check for check in health.checks if (profile.container is None or check not in CONTAINED_CHECKS)
+              and (all_reduce or check != "all_reduce")]
     spare = profile.slurm.spare_nodes
     # with spare nodes, on the allocation as it is: all of it as the job starts, the nodes kept once it shrank
     size = '--nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES"' if spare else \
