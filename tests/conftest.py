@@ -17,6 +17,7 @@ from __future__ import annotations
 import compileall
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -43,6 +44,10 @@ METER = pytest.StashKey[ledger.Meter]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # pytest's test modules with their asserts rewritten, kept as their bytecode is (_compile_sources): where
+    # PYTHONDONTWRITEBYTECODE is set, each worker would parse and rewrite every module it collects again (about 3
+    # CPU-s a worker for tests/unit alone); the processes the tests start keep the variable
+    sys.dont_write_bytecode = False
     if not hasattr(config, "workerinput"):  # the run's controlling process: its workers inherit the id
         os.environ[testcluster.RUN_ID_VARIABLE] = uuid.uuid4().hex
         _compile_sources()
