@@ -1,14 +1,13 @@
-"""The health gate's all_reduce, made by the ranks where torchrun's agent serves their store (the sbatch launcher's
-torchrun and ``accelerate launch``): the gate's own step then checks everything else on each node without torch,
-in a fraction of a second, and exports ``LAUNCH_GATE_ALL_REDUCE`` (its budget) to the training step.
+"""The health gate's all_reduce, made by the ranks under the sbatch launcher (torchrun, or ``accelerate launch``,
+on each node): the gate's own step then checks everything else on each node without torch, in a fraction of a
+second, and exports ``LAUNCH_GATE_ALL_REDUCE`` (its budget) to the training step.
 
 Before the code starts, the first rank of each node (LOCAL_RANK 0) makes the one small, timed all_reduce over the
 nodes, with the job's collectives, on the store at MASTER_ADDR:MASTER_PORT (the agent's, or the one rank 0 serves
 for the code's rendezvous too) under a prefix of its own: the torch it imports is the one the code imports next, so
-the check costs the collective alone. The head records the
-time in the gate's verdict (health.json). A failure ends the rank before its code, in one line naming the nodes
-and the error; the gate that the batch shell runs after a failure (all_reduce included) then tells a bad node
-from the code's own trouble.
+the check costs the collective alone. The head records the time in the gate's verdict (health.json). A failure ends
+the rank before its code, in one line naming the nodes and the error; the gate that the batch shell runs after a
+failure (all_reduce included) then tells a bad node from the code's own trouble.
 """
 
 from __future__ import annotations

@@ -161,10 +161,10 @@ def health_gate_step(profile: Profile, python: str, run_dir: str, resubmit: tupl
     """The health gate (the profile's ``health:``): a short step per node before any rank starts, whose lines the
     batch shell judges (``slurm_batch gate``); where nodes are unfit, the run goes on in a job submitted again
     without them (by ``resubmit``, given --exclude; by default sbatch with the run's job.sbatch), and this one ends
-    here. Empty where the profile turns it off. ``ranks_all_reduce``: the ranks start under torchrun's agent (the
-    sbatch launcher), whose store serves the all_reduce: the step leaves it to them (``launch.runtime.gate_all_reduce``)
+    here. Empty where the profile turns it off. ``ranks_all_reduce``: the ranks start under torchrun (the sbatch
+    launcher): the step leaves the all_reduce to the first rank of each node (``launch.runtime.gate_all_reduce``)
     and imports no torch."""
-    handed = ranks_all_reduce and _all_reduce_checked(profile)
+    handed = ranks_all_reduce and "all_reduce" in _gate_checks(profile)
     gate = _gate_pipeline(profile, python, run_dir, resubmit, all_reduce=not handed)
     if not gate:
         return []
@@ -180,9 +180,9 @@ def health_gate_step(profile: Profile, python: str, run_dir: str, resubmit: tupl
                f"export {node_health.RANKS_ALL_REDUCE}={profile.health.budget_s:g}"] if handed else [])]
 
 
-def _all_reduce_checked(profile: Profile) -> bool:
-    """Whether the gate checks the all_reduce (asked for, and not left to a container's python)."""
-    return "all_reduce" in profile.health.checks and profile.container is None
+def _gate_checks(profile: Profile) -> list[str]:
+    """The checks the gate makes: the profile's, less those a container's python would answer, not the node's."""
+    return [check for check in profile.health.checks if profile.container is None or check not in CONTAINED_CHECKS]
 
 
 def _spares_given_back(profile: Profile, run_dir: str) -> list[str]:
@@ -241,8 +241,7 @@ def _gate_pipeline(profile: Profile, python: str, run_dir: str, resubmit: tuple[
     health = profile.health
     if profile.slurm is None or not health.enabled:
         return ""
-    checks = [check for check in health.checks if (profile.container is None or check not in CONTAINED_CHECKS)
-              and (all_reduce or check != "all_reduce")]
+    checks = [check for check in _gate_checks(profile) if all_reduce or check != "all_reduce"]
     spare = profile.slurm.spare_nodes
     # with spare nodes, on the allocation as it is: all of it as the job starts, the nodes kept once it shrank
     size = '--nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES"' if spare else \
